@@ -1,0 +1,553 @@
+"""The shared context: an append-only log of typed entries, claims with leases, cursors, grep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    and_,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+
+from swarm.context import scope as scopes
+from swarm.context.grep import Pattern, compile_pattern
+from swarm.context.model import (
+    AppendResult,
+    Claim,
+    Entry,
+    EntryDelivery,
+    EntryType,
+    GrepResult,
+)
+from swarm.context.schema import claims, entries, entry_refs, workers
+from swarm.db import Database
+from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
+
+MAX_REFS = 32
+MAX_GREP_LIMIT = 500
+SCAN_BATCH = 2000
+ENDING_TYPES = (EntryType.PATCH_SUMMARY, EntryType.FAIL)
+
+_ENTRY_COLUMNS = (
+    entries.c.id,
+    entries.c.created_at,
+    workers.c.name.label("author"),
+    entries.c.type,
+    entries.c.body,
+    entries.c.scope,
+    entries.c.refs,
+)
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(value.split("\n")) if value else ()
+
+
+def _entry(row: Row[Any]) -> Entry:
+    refs = tuple(int(r) for r in row.refs.split(",")) if row.refs else ()
+    return Entry(
+        row.id, row.created_at, row.author, EntryType(row.type), row.body, _split(row.scope), refs
+    )
+
+
+def _entry_select() -> Select[Any]:
+    return select(*_ENTRY_COLUMNS).join(workers, workers.c.id == entries.c.author_id)
+
+
+def parse_type(value: str) -> EntryType:
+    try:
+        return EntryType(value.strip().upper())
+    except ValueError:
+        raise InvalidInput(
+            f"unknown entry type {value!r}; use one of {', '.join(t.value for t in EntryType)}"
+        ) from None
+
+
+class ContextStore:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], float] = time.time,
+        lease_seconds: float = 300.0,
+        body_limit: int = 8000,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.body_limit = body_limit
+
+    # ------------------------------------------------------------------ writing
+
+    def append(
+        self,
+        author_id: int,
+        type: EntryType | str,
+        body: str,
+        *,
+        scope: object = None,
+        refs: object = None,
+        lease_seconds: float | None = None,
+    ) -> AppendResult:
+        """Record one entry. A CLAIM also opens a claim; a PATCH_SUMMARY or FAIL that refers to
+        the author's own claim ends it. Everything is checked before anything is written."""
+        kind = type if isinstance(type, EntryType) else parse_type(type)
+        body = self._check_body(body)
+        items = scopes.normalize(scope)
+        ref_ids = self._check_refs(refs)
+        if kind is EntryType.CLAIM and not items:
+            raise InvalidInput(
+                "a CLAIM needs a scope: the paths, globs or topic:<name> you will work on"
+            )
+        lease = self._check_lease(lease_seconds)
+        now = self.clock()
+        with self.db.write() as conn:
+            self._require_entries(conn, ref_ids)
+            entry_id = conn.execute(
+                insert(entries)
+                .values(
+                    created_at=now,
+                    author_id=author_id,
+                    type=kind.value,
+                    body=body,
+                    scope="\n".join(items),
+                    refs=",".join(str(r) for r in ref_ids),
+                )
+                .returning(entries.c.id)
+            ).scalar_one()
+            if ref_ids:
+                conn.execute(
+                    insert(entry_refs), [{"entry_id": entry_id, "ref_id": r} for r in ref_ids]
+                )
+            overlaps: tuple[Claim, ...] = ()
+            ended: tuple[Claim, ...] = ()
+            if kind is EntryType.CLAIM:
+                # Read the others' claims after our insert took the id lock, so of two claims
+                # racing for one scope the later one always sees the earlier.
+                overlaps = tuple(
+                    c
+                    for c in self._active_claims(conn, now)
+                    if c.owner_id != author_id and scopes.overlaps(items, c.scope)
+                )
+                conn.execute(
+                    insert(claims).values(
+                        id=entry_id,
+                        owner_id=author_id,
+                        scope="\n".join(items),
+                        created_at=now,
+                        lease_until=now + lease,
+                    )
+                )
+            elif kind in ENDING_TYPES and ref_ids:
+                reason = "completed" if kind is EntryType.PATCH_SUMMARY else "failed"
+                ended = self._end_claims(conn, author_id, ref_ids, reason, entry_id, now)
+            author = conn.execute(
+                select(workers.c.name).where(workers.c.id == author_id)
+            ).scalar_one()
+        entry = Entry(entry_id, now, author, kind, body, items, ref_ids)
+        return AppendResult(entry, overlaps, ended)
+
+    def _check_body(self, body: object) -> str:
+        if not isinstance(body, str) or not body.strip():
+            raise InvalidInput("the body is empty; say what you observed, established or did")
+        if len(body) > self.body_limit:
+            raise InvalidInput(
+                f"the body is {len(body)} characters; the limit is {self.body_limit}. "
+                "Summarize, and point at files or commits for the details"
+            )
+        return body.strip()
+
+    @staticmethod
+    def _check_refs(refs: object) -> tuple[int, ...]:
+        if refs is None:
+            return ()
+        if isinstance(refs, str | bytes) or not isinstance(refs, Sequence):
+            raise InvalidInput("refs must be a list of entry ids, e.g. [12, 40]")
+        ids: list[int] = []
+        for ref in refs:
+            if isinstance(ref, bool) or not isinstance(ref, int) or ref <= 0:
+                raise InvalidInput(f"refs must be positive entry ids; got {ref!r}")
+            if ref not in ids:
+                ids.append(ref)
+        if len(ids) > MAX_REFS:
+            raise InvalidInput(f"{len(ids)} refs; the limit is {MAX_REFS}")
+        return tuple(ids)
+
+    def _check_lease(self, seconds: float | None) -> float:
+        if seconds is None:
+            return self.lease_seconds
+        if not 1 <= seconds <= 86400:
+            raise InvalidInput(f"a lease is 1 to 86400 seconds; got {seconds}")
+        return float(seconds)
+
+    @staticmethod
+    def _require_entries(conn: Connection, ids: Iterable[int]) -> None:
+        wanted = set(ids)
+        if not wanted:
+            return
+        found = set(conn.execute(select(entries.c.id).where(entries.c.id.in_(wanted))).scalars())
+        missing = sorted(wanted - found)
+        if missing:
+            raise NotFound(
+                f"refs name entries that do not exist: {', '.join('#' + str(m) for m in missing)}"
+            )
+
+    def _end_claims(
+        self,
+        conn: Connection,
+        author_id: int,
+        ids: Sequence[int],
+        reason: str,
+        by: int,
+        now: float,
+    ) -> tuple[Claim, ...]:
+        rows = conn.execute(
+            self._claim_select().where(
+                claims.c.id.in_(ids), claims.c.owner_id == author_id, claims.c.ended_at.is_(None)
+            )
+        ).all()
+        if rows:
+            conn.execute(
+                update(claims)
+                .where(claims.c.id.in_([r.id for r in rows]), claims.c.ended_at.is_(None))
+                .values(ended_at=now, end_reason=reason, ended_by=by)
+            )
+        return tuple(
+            _claim(r, ended_at=now, end_reason=reason, ended_by=by) for r in rows
+        )
+
+    # ------------------------------------------------------------------ claims
+
+    @staticmethod
+    def _claim_select() -> Select[Any]:
+        return (
+            select(
+                claims,
+                workers.c.name.label("owner"),
+                entries.c.body.label("body"),
+            )
+            .join(workers, workers.c.id == claims.c.owner_id)
+            .join(entries, entries.c.id == claims.c.id)
+        )
+
+    def _active_claims(self, conn: Connection, now: float) -> list[Claim]:
+        rows = conn.execute(
+            self._claim_select()
+            .where(claims.c.ended_at.is_(None), claims.c.lease_until > now)
+            .order_by(claims.c.id)
+        ).all()
+        return [_claim(r) for r in rows]
+
+    def claims(
+        self, *, include_ended: bool = False, owner_id: int | None = None, limit: int = 500
+    ) -> list[Claim]:
+        """Active claims (oldest first); with `include_ended`, the newest claims of any state."""
+        now = self.clock()
+        query = self._claim_select()
+        if owner_id is not None:
+            query = query.where(claims.c.owner_id == owner_id)
+        if include_ended:
+            query = query.order_by(claims.c.id.desc()).limit(limit)
+        else:
+            query = query.where(claims.c.ended_at.is_(None), claims.c.lease_until > now)
+            query = query.order_by(claims.c.id).limit(limit)
+        with self.db.read() as conn:
+            return [_claim(r) for r in conn.execute(query).all()]
+
+    def claim(self, claim_id: int) -> Claim:
+        with self.db.read() as conn:
+            row = conn.execute(self._claim_select().where(claims.c.id == claim_id)).first()
+        if row is None:
+            raise NotFound(f"#{claim_id} is not a claim; `sw claims` lists the active ones")
+        return _claim(row)
+
+    def overlapping(self, claim: Claim) -> list[Claim]:
+        now = self.clock()
+        with self.db.read() as conn:
+            return [
+                c
+                for c in self._active_claims(conn, now)
+                if c.owner_id != claim.owner_id and scopes.overlaps(claim.scope, c.scope)
+            ]
+
+    def _owned_open_claim(self, conn: Connection, worker_id: int, claim_id: int) -> Row[Any]:
+        row = conn.execute(self._claim_select().where(claims.c.id == claim_id)).first()
+        if row is None:
+            raise NotFound(f"#{claim_id} is not a claim; `sw claims --mine` lists yours")
+        if row.owner_id != worker_id:
+            raise Forbidden(
+                f"claim #{claim_id} belongs to {row.owner}; only its owner can renew or release it"
+                f" (DM {row.owner} to negotiate)"
+            )
+        if row.ended_at is not None:
+            raise Conflict(
+                f"claim #{claim_id} already ended ({row.end_reason}"
+                + (f" by #{row.ended_by}" if row.ended_by else "")
+                + "); make a new CLAIM to take the work up again"
+            )
+        return row
+
+    def renew(self, worker_id: int, claim_id: int, seconds: float | None = None) -> Claim:
+        """Extend a claim's lease from now (a lapsed but not ended claim comes back)."""
+        lease = self._check_lease(seconds)
+        now = self.clock()
+        with self.db.write() as conn:
+            row = self._owned_open_claim(conn, worker_id, claim_id)
+            conn.execute(
+                update(claims).where(claims.c.id == claim_id).values(lease_until=now + lease)
+            )
+        return _claim(row, lease_until=now + lease)
+
+    def release(self, worker_id: int, claim_id: int) -> Claim:
+        now = self.clock()
+        with self.db.write() as conn:
+            row = self._owned_open_claim(conn, worker_id, claim_id)
+            conn.execute(
+                update(claims)
+                .where(claims.c.id == claim_id)
+                .values(ended_at=now, end_reason="released")
+            )
+        return _claim(row, ended_at=now, end_reason="released")
+
+    def release_all(self, worker_id: int) -> list[Claim]:
+        """End every open claim of a worker (its runtime is stopping)."""
+        now = self.clock()
+        with self.db.write() as conn:
+            rows = conn.execute(
+                self._claim_select().where(
+                    claims.c.owner_id == worker_id, claims.c.ended_at.is_(None)
+                )
+            ).all()
+            conn.execute(
+                update(claims)
+                .where(claims.c.owner_id == worker_id, claims.c.ended_at.is_(None))
+                .values(ended_at=now, end_reason="released")
+            )
+        return [_claim(r, ended_at=now, end_reason="released") for r in rows]
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, entry_id: int) -> Entry:
+        with self.db.read() as conn:
+            row = conn.execute(_entry_select().where(entries.c.id == entry_id)).first()
+        if row is None:
+            raise NotFound(f"no entry #{entry_id}; `sw tail` shows the newest ids")
+        return _entry(row)
+
+    def referrers(self, entry_id: int) -> list[Entry]:
+        """Entries that refer to `entry_id` (e.g. the PATCH_SUMMARY that completed a CLAIM)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                _entry_select()
+                .join(entry_refs, entry_refs.c.entry_id == entries.c.id)
+                .where(entry_refs.c.ref_id == entry_id)
+                .order_by(entries.c.id)
+            ).all()
+        return [_entry(r) for r in rows]
+
+    def head(self) -> int:
+        with self.db.read() as conn:
+            return int(conn.execute(select(func.coalesce(func.max(entries.c.id), 0))).scalar_one())
+
+    def tail(
+        self,
+        limit: int = 20,
+        *,
+        types: Sequence[EntryType] = (),
+        author_id: int | None = None,
+    ) -> list[Entry]:
+        """The newest entries, newest first."""
+        query = _entry_select().order_by(entries.c.id.desc()).limit(max(1, min(limit, 500)))
+        if types:
+            query = query.where(entries.c.type.in_([t.value for t in types]))
+        if author_id is not None:
+            query = query.where(entries.c.author_id == author_id)
+        with self.db.read() as conn:
+            return [_entry(r) for r in conn.execute(query).all()]
+
+    def count_by_type(self) -> dict[str, int]:
+        with self.db.read() as conn:
+            rows = conn.execute(select(entries.c.type, func.count()).group_by(entries.c.type))
+            return {t: int(n) for t, n in rows}
+
+    # ------------------------------------------------------------------ cursors
+
+    def _advance(self, conn: Connection, worker_id: int, old: int, new: int) -> bool:
+        moved = conn.execute(
+            update(workers)
+            .where(workers.c.id == worker_id, workers.c.entry_cursor == old)
+            .values(entry_cursor=new)
+        )
+        return moved.rowcount == 1
+
+    def _cursor_and_head(self, worker_id: int) -> tuple[int, int]:
+        with self.db.read() as conn:
+            cursor = conn.execute(
+                select(workers.c.entry_cursor).where(workers.c.id == worker_id)
+            ).scalar_one()
+            head = conn.execute(select(func.coalesce(func.max(entries.c.id), 0))).scalar_one()
+        return int(cursor), int(head)
+
+    def deliver(self, worker_id: int, cap: int) -> EntryDelivery:
+        """Peers' entries new since the worker's cursor: the newest `cap` of them, and a count of
+        the rest. The cursor moves to the head by compare-and-swap, so two concurrent calls of
+        one worker never show the same entry twice; every id up to a visible head is committed
+        (ids are drawn in commit order), so nothing is skipped."""
+        while True:
+            cursor, head = self._cursor_and_head(worker_id)
+            if head <= cursor:
+                return EntryDelivery()
+            window = and_(
+                entries.c.id > cursor, entries.c.id <= head, entries.c.author_id != worker_id
+            )
+            with self.db.read() as conn:
+                rows = conn.execute(
+                    _entry_select().where(window).order_by(entries.c.id.desc()).limit(cap)
+                ).all() if cap > 0 else []
+                total = len(rows)
+                if cap == 0 or total == cap:
+                    total = int(
+                        conn.execute(select(func.count()).select_from(entries).where(window))
+                        .scalar_one()
+                    )
+            with self.db.write() as conn:
+                if not self._advance(conn, worker_id, cursor, head):
+                    continue  # another call of this worker moved the cursor first: start again
+            return EntryDelivery(
+                tuple(_entry(r) for r in rows), total - len(rows), cursor + 1, head
+            )
+
+    def feed(self, worker_id: int, limit: int = 100) -> list[Entry]:
+        """Every peer entry after the cursor, oldest first, at most `limit`; the cursor moves
+        past exactly what was returned (nothing is skipped, nothing repeats)."""
+        limit = max(1, min(limit, 1000))
+        while True:
+            cursor, head = self._cursor_and_head(worker_id)
+            if head <= cursor:
+                return []
+            with self.db.read() as conn:
+                rows = conn.execute(
+                    _entry_select()
+                    .where(
+                        entries.c.id > cursor,
+                        entries.c.id <= head,
+                        entries.c.author_id != worker_id,
+                    )
+                    .order_by(entries.c.id)
+                    .limit(limit)
+                ).all()
+            new_cursor = rows[-1].id if len(rows) == limit else head
+            with self.db.write() as conn:
+                if not self._advance(conn, worker_id, cursor, new_cursor):
+                    continue
+            return [_entry(r) for r in rows]
+
+    # ------------------------------------------------------------------ grep
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        ignore_case: bool = False,
+        types: Sequence[EntryType] = (),
+        author_id: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        after_id: int | None = None,
+        before_id: int | None = None,
+        limit: int = 20,
+    ) -> GrepResult:
+        """Entries whose body or scope matches `pattern` (RE2), newest first."""
+        if not 1 <= limit <= MAX_GREP_LIMIT:
+            raise InvalidInput(f"limit must be 1 to {MAX_GREP_LIMIT}; got {limit}")
+        compiled = compile_pattern(pattern, ignore_case=ignore_case)
+        filters: list[Any] = []
+        if types:
+            filters.append(entries.c.type.in_([t.value for t in types]))
+        if author_id is not None:
+            filters.append(entries.c.author_id == author_id)
+        if since is not None:
+            filters.append(entries.c.created_at >= since)
+        if until is not None:
+            filters.append(entries.c.created_at <= until)
+        if after_id is not None:
+            filters.append(entries.c.id > after_id)
+        found: list[Entry] = []
+        scanned = 0
+        for batch in self._candidates(compiled, filters, before_id):
+            for row in batch:
+                scanned += 1
+                if compiled.search(row.body + "\n" + row.scope):
+                    found.append(_entry(row))
+                    if len(found) > limit:
+                        return GrepResult(tuple(found[:limit]), True, bool(compiled.literals), scanned)
+        return GrepResult(tuple(found), False, bool(compiled.literals), scanned)
+
+    def _candidates(
+        self, pattern: Pattern, filters: list[Any], before_id: int | None
+    ) -> Iterator[list[Row[Any]]]:
+        """Batches of rows, newest first, that may match; the index narrows them when it can."""
+        upper = before_id
+        with self.db.read() as conn:
+            if pattern.literals and not self.db.is_sqlite:
+                # Let the trigram GIN index find the rows, not a backward walk of the primary key.
+                conn.execute(text("SET LOCAL enable_indexscan = off"))
+            while True:
+                query = _entry_select().where(*filters)
+                if upper is not None:
+                    query = query.where(entries.c.id < upper)
+                if pattern.literals:
+                    query = query.where(*self._literal_filters(pattern.literals, upper))
+                rows = conn.execute(query.order_by(entries.c.id.desc()).limit(SCAN_BATCH)).all()
+                if not rows:
+                    return
+                yield list(rows)
+                if len(rows) < SCAN_BATCH:
+                    return
+                upper = rows[-1].id
+
+    def _literal_filters(self, literals: Sequence[str], upper: int | None) -> list[Any]:
+        if self.db.is_sqlite:
+            phrase = " AND ".join('"' + lit.replace('"', '""') + '"' for lit in literals)
+            match = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH :phrase"
+            if upper is not None:
+                match += " AND rowid < :upper"
+            return [
+                entries.c.id.in_(text(match).bindparams(phrase=phrase, **_maybe(upper=upper)))
+            ]
+        out = []
+        for lit in literals:
+            like = "%" + lit.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            out.append(or_(entries.c.body.ilike(like), entries.c.scope.ilike(like)))
+        return out
+
+
+def _maybe(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _claim(row: Row[Any], **override: Any) -> Claim:
+    values = {
+        "id": row.id,
+        "owner": row.owner,
+        "owner_id": row.owner_id,
+        "scope": _split(row.scope),
+        "created_at": row.created_at,
+        "lease_until": row.lease_until,
+        "ended_at": row.ended_at,
+        "end_reason": row.end_reason,
+        "ended_by": row.ended_by,
+        "body": row.body,
+    }
+    values.update(override)
+    return Claim(**values)

@@ -1,0 +1,59 @@
+"""The project's own exception tree; adapters translate backend errors into these at the boundary."""
+
+from __future__ import annotations
+
+
+class SwarmError(Exception):
+    """Base class: every error swarm raises on purpose. `status` is the HTTP answer the hub gives."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(SwarmError):
+    """The request was malformed; nothing was changed."""
+
+    status = 422
+
+
+class NotFound(SwarmError):
+    status = 404
+
+
+class Unauthorized(SwarmError):
+    status = 401
+
+
+class Forbidden(SwarmError):
+    status = 403
+
+
+class Conflict(SwarmError):
+    """The request is valid but the current state refuses it (e.g. a merged PR cannot be merged)."""
+
+    status = 409
+
+
+class MergeConflict(Conflict):
+    """A merge into `main` would conflict; `files` names the conflicting paths."""
+
+    def __init__(self, message: str, files: list[str]) -> None:
+        super().__init__(message)
+        self.files = files
+
+
+class CheckFailed(Conflict):
+    """The run's merge check command failed on the merged tree; `main` did not move."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+class Unavailable(SwarmError):
+    """A backing service (database, git, a server) could not be reached."""
+
+    status = 503

@@ -1,0 +1,81 @@
+"""The workspace port: one git repository, a branch and pull request per piece of work.
+
+Adapters: `local` (a bare repository on disk, served through the hub) and `gitea`. Both keep the
+same rules: workers push only to their own branches (`<worker>/...`), nobody pushes to `main`,
+and `main` moves only by merging a pull request, atomically (compare-and-swap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from swarm.registry import Worker
+
+PRState = Literal["open", "merged", "closed"]
+Verdict = Literal["approve", "request_changes", "comment"]
+MAIN = "main"
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int
+    title: str
+    body: str
+    author: str
+    branch: str
+    state: PRState
+    created_at: float
+    head: str  # the branch's commit when the PR was last read
+    approvals: int = 0
+    merged_at: float | None = None
+    merged_by: str | None = None
+    merge_commit: str | None = None
+    closed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Review:
+    id: int
+    number: int
+    author: str
+    verdict: Verdict
+    body: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class PullRequestDetail:
+    pr: PullRequest
+    diff: str  # the change against the merge base with main
+    files: tuple[str, ...]
+    reviews: tuple[Review, ...]
+    mergeable: bool | None  # None when unknown (e.g. the branch is gone)
+    conflicts: tuple[str, ...] = ()
+    events: tuple[str, ...] = field(default_factory=tuple)  # merge attempts, conflicts, closes
+
+
+class Workspace(Protocol):
+    def clone_url(self, worker: Worker) -> str:
+        """The URL `git clone` uses for this worker (credentials included where needed)."""
+        ...
+
+    def main_head(self) -> str: ...
+
+    def open_pr(self, author: Worker, branch: str, title: str, body: str) -> PullRequest: ...
+
+    def list_prs(
+        self, *, state: PRState | None = None, author: str | None = None, limit: int = 50
+    ) -> list[PullRequest]:
+        """Newest first."""
+        ...
+
+    def get_pr(self, number: int) -> PullRequestDetail: ...
+
+    def review(self, reviewer: Worker, number: int, verdict: Verdict, body: str) -> Review: ...
+
+    def merge(self, worker: Worker, number: int) -> PullRequest:
+        """Merge into main or raise MergeConflict (files named) / CheckFailed / Conflict."""
+        ...
+
+    def close(self, worker: Worker, number: int) -> PullRequest: ...

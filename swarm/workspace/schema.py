@@ -1,0 +1,1 @@
+"""Tables of the embedded workspace adapter (pull requests, reviews, merge events)."""
