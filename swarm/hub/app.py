@@ -1,0 +1,69 @@
+"""The hub: one FastAPI app over the runtime. It stores, searches, relays and merges; it never
+decides who does what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from swarm import __version__
+from swarm.bootstrap import Runtime
+from swarm.errors import CheckFailed, MergeConflict, SwarmError
+from swarm.hub.routes import context, messages, workers
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    app = FastAPI(
+        title="swarm hub",
+        version=__version__,
+        description="Shared context, messages and workspace for a swarm of coding agents.",
+    )
+    app.state.runtime = runtime
+    app.include_router(workers.router)
+    app.include_router(context.router)
+    app.include_router(messages.router)
+    _mount_optional(app, runtime)
+
+    @app.exception_handler(SwarmError)
+    async def _swarm_error(_request: Request, exc: SwarmError) -> JSONResponse:
+        content: dict[str, Any] = {"error": exc.message, "kind": type(exc).__name__}
+        if isinstance(exc, MergeConflict):
+            content["files"] = exc.files
+        if isinstance(exc, CheckFailed):
+            content["output"] = exc.output
+        return JSONResponse(content, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
+        return JSONResponse(
+            {"error": "bad request: " + "; ".join(problems), "kind": "InvalidInput"},
+            status_code=422,
+        )
+
+    @app.get("/health", tags=["hub"], summary="Liveness and what the hub runs on")
+    def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": __version__,
+            "database": runtime.db.dialect,
+            "workspace": runtime.settings.workspace if runtime.workspace else None,
+            "messages": runtime.settings.messages,
+        }
+
+    return app
+
+
+def _mount_optional(app: FastAPI, runtime: Runtime) -> None:
+    """Routes of parts that may be absent (imported lazily so a missing extra is not fatal)."""
+    try:
+        from swarm.hub.routes import workspace
+    except ImportError:
+        return
+    workspace.mount(app, runtime)

@@ -1,0 +1,182 @@
+"""Shared-context routes: record entries, claims, grep, show, tail, feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from swarm.bootstrap import Runtime
+from swarm.context import EntryType, parse_type
+from swarm.context.model import Claim
+from swarm.hub import serialize
+from swarm.hub.delivery import answer
+from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep
+from swarm.registry import Worker
+
+router = APIRouter(prefix="/v1", tags=["context"])
+
+
+class EntryIn(BaseModel):
+    type: str = Field(description="OBSERVED, FACT, FAIL, CLAIM or PATCH_SUMMARY")
+    body: str = Field(description="What you observed, established, tried or changed")
+    # Typed loosely on purpose: the store checks them and says exactly what was wrong.
+    scope: Any = Field(default=None, description='Paths, globs or "topic:<name>" items')
+    refs: Any = Field(default=None, description="Ids of earlier entries this one refers to")
+    lease_seconds: float | None = Field(default=None, description="For a CLAIM: its lease")
+
+
+class RenewIn(BaseModel):
+    lease_seconds: float | None = None
+
+
+def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list[Claim]) -> None:
+    """Tell the owner of each overlapping claim, by a DM from the hub, naming both claims."""
+    for other in others:
+        owner = runtime.registry.by_name(other.owner)
+        runtime.messages.direct(
+            "hub",
+            owner,
+            f"{claimer.name}'s new claim #{new.id} ({', '.join(new.scope)}: {new.body[:120]}) "
+            f"overlaps your claim #{other.id} ({', '.join(other.scope)}). Agree with "
+            f"{claimer.name} who does what: `sw dm {claimer.name} ...`; then release or narrow "
+            f"yours (`sw release {other.id}`) or ask them to release theirs.",
+        )
+
+
+@router.post("/entries", summary="Record an entry (a CLAIM also opens a claim)")
+def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
+    result = runtime.context.append(
+        worker.id,
+        body.type,
+        body.body,
+        scope=body.scope,
+        refs=body.refs,
+        lease_seconds=body.lease_seconds,
+    )
+    now = runtime.clock()
+    if result.overlaps:
+        new_claim = runtime.context.claim(result.entry.id)
+        _notify_overlaps(runtime, worker, new_claim, list(result.overlaps))
+    return answer(
+        runtime,
+        worker,
+        {
+            "entry": serialize.entry(result.entry),
+            "overlaps": [serialize.claim(c, now) for c in result.overlaps],
+            "ended": [serialize.claim(c, now) for c in result.ended],
+        },
+    )
+
+
+@router.get("/entries/{entry_id}", summary="One entry, and the entries that refer to it")
+def show(entry_id: int, reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
+    entry = runtime.context.get(entry_id)
+    result: dict[str, Any] = {
+        "entry": serialize.entry(entry),
+        "referrers": [serialize.entry(e) for e in runtime.context.referrers(entry_id)],
+    }
+    if entry.type is EntryType.CLAIM:
+        result["claim"] = serialize.claim(runtime.context.claim(entry_id), runtime.clock())
+    return _maybe_answer(runtime, reader, result)
+
+
+@router.get("/entries", summary="The newest entries (newest first)")
+def tail(
+    reader: Reader,
+    runtime: RuntimeDep,
+    limit: int = Query(20, ge=1, le=500),
+    type: list[str] = Query(default=[]),
+    author: str | None = None,
+) -> dict[str, Any]:
+    types = [parse_type(t) for t in type]
+    author_id = runtime.registry.by_name(author).id if author else None
+    rows = runtime.context.tail(limit, types=types, author_id=author_id)
+    return _maybe_answer(runtime, reader, {"entries": [serialize.entry(e) for e in rows]})
+
+
+@router.get("/grep", summary="Search the whole history with a regular expression (RE2)")
+def grep(
+    reader: Reader,
+    runtime: RuntimeDep,
+    pattern: str,
+    ignore_case: bool = False,
+    type: list[str] = Query(default=[]),
+    author: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    after: int | None = None,
+    before: int | None = None,
+    limit: int = 20,
+) -> dict[str, Any]:
+    types = [parse_type(t) for t in type]
+    author_id = runtime.registry.by_name(author).id if author else None
+    found = runtime.context.grep(
+        pattern,
+        ignore_case=ignore_case,
+        types=types,
+        author_id=author_id,
+        since=since,
+        until=until,
+        after_id=after,
+        before_id=before,
+        limit=limit,
+    )
+    result = {
+        "entries": [serialize.entry(e) for e in found.entries],
+        "truncated": found.truncated,
+        "indexed": found.used_index,
+    }
+    return _maybe_answer(runtime, reader, result)
+
+
+@router.get("/feed", summary="Every peer entry since your cursor, oldest first (exact, paged)")
+def feed(
+    worker: CurrentWorker, runtime: RuntimeDep, limit: int = Query(100, ge=1, le=1000)
+) -> dict[str, Any]:
+    rows = runtime.context.feed(worker.id, limit)
+    dms = runtime.messages.take_direct(worker)
+    return {
+        "result": {"entries": [serialize.entry(e) for e in rows]},
+        "delivery": {"entries": [], "more": 0, "messages": [serialize.message(m) for m in dms]},
+    }
+
+
+@router.get("/claims", summary="Active claims (or, with all=true, recent claims of any state)")
+def list_claims(
+    reader: Reader,
+    runtime: RuntimeDep,
+    all: bool = False,
+    mine: bool = False,
+    owner: str | None = None,
+    limit: int = Query(500, ge=1, le=5000),
+) -> dict[str, Any]:
+    owner_id = None
+    if mine and reader is not None:
+        owner_id = reader.id
+    elif owner:
+        owner_id = runtime.registry.by_name(owner).id
+    rows = runtime.context.claims(include_ended=all, owner_id=owner_id, limit=limit)
+    now = runtime.clock()
+    return _maybe_answer(runtime, reader, {"claims": [serialize.claim(c, now) for c in rows]})
+
+
+@router.post("/claims/{claim_id}/renew", summary="Extend your claim's lease from now")
+def renew(
+    claim_id: int, body: RenewIn, worker: CurrentWorker, runtime: RuntimeDep
+) -> dict[str, Any]:
+    claim = runtime.context.renew(worker.id, claim_id, body.lease_seconds)
+    return answer(runtime, worker, {"claim": serialize.claim(claim, runtime.clock())})
+
+
+@router.post("/claims/{claim_id}/release", summary="End your claim without a result")
+def release(claim_id: int, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
+    claim = runtime.context.release(worker.id, claim_id)
+    return answer(runtime, worker, {"claim": serialize.claim(claim, runtime.clock())})
+
+
+def _maybe_answer(runtime: Runtime, reader: Worker | None, result: Any) -> dict[str, Any]:
+    if reader is None:  # the operator has no cursor
+        return {"result": result, "delivery": None}
+    return answer(runtime, reader, result)

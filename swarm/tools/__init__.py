@@ -1,0 +1,1 @@
+"""Worker-side tools: the hub client and the `sw` command."""
