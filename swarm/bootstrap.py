@@ -13,8 +13,10 @@ from typing import Any
 from swarm.config import Settings
 from swarm.context import ContextStore
 from swarm.db import Database
+from swarm.delivery import Deliverer
 from swarm.messages.ports import Messages
 from swarm.registry import Registry
+from swarm.runstate import RunState
 from swarm.workspace.ports import Workspace
 
 
@@ -28,11 +30,13 @@ class Runtime:
     workspace: Workspace | None
     operator_token: str
     join_token: str
+    deliverer: Deliverer
+    run: RunState
     clock: Callable[[], float] = time.time
     extras: dict[str, Any] = field(default_factory=dict)  # adapter-specific objects (git router)
 
     def close(self) -> None:
-        closer = getattr(self.workspace, "close", None)
+        closer = getattr(self.workspace, "shutdown", None)
         if callable(closer):
             closer()
         self.db.dispose()
@@ -77,6 +81,11 @@ def build_runtime(
         messages = _build_messages(settings, db, clock)
     if workspace is None:
         workspace = _build_workspace(settings, db, clock)
+    from swarm.messages.local import LocalMessages
+
+    deliverer = Deliverer(
+        db, settings.delivery_cap, with_messages=isinstance(messages, LocalMessages)
+    )
     return Runtime(
         settings=settings,
         db=db,
@@ -86,6 +95,8 @@ def build_runtime(
         workspace=workspace,
         operator_token=operator_token,
         join_token=settings.join_token or operator_token,
+        deliverer=deliverer,
+        run=RunState(db, clock=clock),
         clock=clock,
     )
 

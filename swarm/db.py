@@ -69,11 +69,17 @@ def _postgres_ddl() -> list[str]:
             f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
             "FOR EACH STATEMENT EXECUTE FUNCTION swarm_append_only()",
         ]
-    ddl += [
-        "CREATE INDEX IF NOT EXISTS entries_body_trgm ON entries USING gin (body gin_trgm_ops)",
-        "CREATE INDEX IF NOT EXISTS entries_scope_trgm ON entries USING gin (scope gin_trgm_ops)",
-    ]
     return ddl
+
+
+def _postgres_trigram_indexes(trgm_schema: str) -> list[str]:
+    # The operator class lives where the extension was installed, which may not be on the
+    # search_path (e.g. a hub whose tables live in their own schema).
+    opclass = f'"{trgm_schema}".gin_trgm_ops'
+    return [
+        f"CREATE INDEX IF NOT EXISTS entries_body_trgm ON entries USING gin (body {opclass})",
+        f"CREATE INDEX IF NOT EXISTS entries_scope_trgm ON entries USING gin (scope {opclass})",
+    ]
 
 
 class Database:
@@ -106,7 +112,9 @@ class Database:
     def create_schema(self) -> None:
         """Create every table and the engine-specific DDL; safe to run again."""
         import swarm.context.schema  # noqa: F401  (registers tables on `metadata`)
+        import swarm.evaluation.schema  # noqa: F401
         import swarm.messages.schema  # noqa: F401
+        import swarm.worker.schema  # noqa: F401
         import swarm.workspace.schema  # noqa: F401
 
         try:
@@ -117,6 +125,15 @@ class Database:
                 metadata.create_all(conn)
                 for statement in _sqlite_ddl() if self.is_sqlite else _postgres_ddl():
                     conn.execute(text(statement))
+                if not self.is_sqlite:
+                    trgm_schema = conn.execute(
+                        text(
+                            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n "
+                            "ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+                        )
+                    ).scalar_one()
+                    for statement in _postgres_trigram_indexes(trgm_schema):
+                        conn.execute(text(statement))
         except OperationalError as exc:
             raise Unavailable(f"cannot open the database at {self.safe_url}: {exc.orig}") from exc
 
@@ -142,6 +159,15 @@ class Database:
         else:
             with self.engine.begin() as conn:
                 yield conn
+
+    @contextmanager
+    def write_in(self, conn: Connection | None) -> Iterator[Connection]:
+        """Join the caller's write transaction if it has one, else open one."""
+        if conn is not None:
+            yield conn
+        else:
+            with self.write() as own:
+                yield own
 
     def dispose(self) -> None:
         self.engine.dispose()

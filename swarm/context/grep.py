@@ -56,7 +56,8 @@ def compile_pattern(pattern: str, *, ignore_case: bool = False) -> Pattern:
     options.log_errors = False
     options.max_mem = 64 << 20
     try:
-        regex = re2.compile(pattern, options)
+        # Multi-line, like grep: ^ and $ match at the start and end of every line.
+        regex = re2.compile("(?m)" + pattern, options)
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         reason = reason.decode() if isinstance(reason, bytes) else str(reason)

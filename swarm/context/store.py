@@ -98,6 +98,8 @@ class ContextStore:
         scope: object = None,
         refs: object = None,
         lease_seconds: float | None = None,
+        author_name: str | None = None,
+        conn: Connection | None = None,
     ) -> AppendResult:
         """Record one entry. A CLAIM also opens a claim; a PATCH_SUMMARY or FAIL that refers to
         the author's own claim ends it. Everything is checked before anything is written."""
@@ -111,7 +113,7 @@ class ContextStore:
             )
         lease = self._check_lease(lease_seconds)
         now = self.clock()
-        with self.db.write() as conn:
+        with self.db.write_in(conn) as conn:
             self._require_entries(conn, ref_ids)
             entry_id = conn.execute(
                 insert(entries)
@@ -151,7 +153,7 @@ class ContextStore:
             elif kind in ENDING_TYPES and ref_ids:
                 reason = "completed" if kind is EntryType.PATCH_SUMMARY else "failed"
                 ended = self._end_claims(conn, author_id, ref_ids, reason, entry_id, now)
-            author = conn.execute(
+            author = author_name or conn.execute(
                 select(workers.c.name).where(workers.c.id == author_id)
             ).scalar_one()
         entry = Entry(entry_id, now, author, kind, body, items, ref_ids)
@@ -487,7 +489,7 @@ class ContextStore:
         for batch in self._candidates(compiled, filters, before_id):
             for row in batch:
                 scanned += 1
-                if compiled.search(row.body + "\n" + row.scope):
+                if compiled.search(f"{row.body}\n{row.scope}" if row.scope else row.body):
                     found.append(_entry(row))
                     if len(found) > limit:
                         return GrepResult(tuple(found[:limit]), True, bool(compiled.literals), scanned)

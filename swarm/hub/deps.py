@@ -12,7 +12,7 @@ from swarm.errors import Forbidden, Unauthorized
 from swarm.registry import Worker
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -20,7 +20,7 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def bearer_token(request: Request) -> str:
+async def bearer_token(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -37,25 +37,25 @@ def is_operator(runtime: Runtime, token: str) -> bool:
     return secrets.compare_digest(token.encode(), runtime.operator_token.encode())
 
 
-def current_worker(runtime: RuntimeDep, token: TokenDep) -> Worker:
+async def current_worker(runtime: RuntimeDep, token: TokenDep) -> Worker:
     if is_operator(runtime, token):
         raise Forbidden("this call acts as a worker; use a worker's token, not the operator's")
     return runtime.registry.authenticate(token)
 
 
-def operator(runtime: RuntimeDep, token: TokenDep) -> None:
+async def operator(runtime: RuntimeDep, token: TokenDep) -> None:
     if not is_operator(runtime, token):
         raise Forbidden("this call needs the operator token (see <run_dir>/operator.token)")
 
 
-def worker_or_operator(runtime: RuntimeDep, token: TokenDep) -> Worker | None:
+async def worker_or_operator(runtime: RuntimeDep, token: TokenDep) -> Worker | None:
     """Reading calls accept either: a person with the operator token, or a worker."""
     if is_operator(runtime, token):
         return None
     return runtime.registry.authenticate(token)
 
 
-def joiner(runtime: RuntimeDep, token: TokenDep) -> None:
+async def joiner(runtime: RuntimeDep, token: TokenDep) -> None:
     if not (
         is_operator(runtime, token)
         or secrets.compare_digest(token.encode(), runtime.join_token.encode())

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import uvicorn
 
 from swarm.bootstrap import Runtime
@@ -59,6 +66,74 @@ class BackgroundHub:
         self.thread.join(timeout=10)
 
     def __enter__(self) -> BackgroundHub:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+class HubProcess:
+    """`swarm hub` in its own process (its own GIL): for runs, load tests and benchmarks."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        database_url: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.host = host
+        self.port = port or free_port(host)
+        self.operator_token = "swo_" + secrets.token_urlsafe(24)
+        self.env = {
+            **os.environ,
+            **(env or {}),
+            "SWARM_RUN_DIR": str(run_dir),
+            "SWARM_HOST": host,
+            "SWARM_PORT": str(self.port),
+            "SWARM_OPERATOR_TOKEN": self.operator_token,
+        }
+        if database_url:
+            self.env["SWARM_DATABASE_URL"] = database_url
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> HubProcess:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.run_dir / "hub.log", "ab")  # noqa: SIM115 - the child keeps it open
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "swarm", "hub"], env=self.env, stdout=log, stderr=log
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                tail = (self.run_dir / "hub.log").read_text()[-2000:]
+                raise RuntimeError(f"the hub exited with {self.process.returncode}:\n{tail}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hub did not answer on {self.url} within {timeout}s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> HubProcess:
         return self.start()
 
     def __exit__(self, *_exc: object) -> None:

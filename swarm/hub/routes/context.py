@@ -47,27 +47,33 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list
 
 @router.post("/entries", summary="Record an entry (a CLAIM also opens a claim)")
 def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
-    result = runtime.context.append(
-        worker.id,
-        body.type,
-        body.body,
-        scope=body.scope,
-        refs=body.refs,
-        lease_seconds=body.lease_seconds,
-    )
     now = runtime.clock()
+    # The entry and the caller's delivery block share one transaction: one commit per call.
+    with runtime.db.write() as conn:
+        result = runtime.context.append(
+            worker.id,
+            body.type,
+            body.body,
+            scope=body.scope,
+            refs=body.refs,
+            lease_seconds=body.lease_seconds,
+            author_name=worker.name,
+            conn=conn,
+        )
+        reply = answer(
+            runtime,
+            worker,
+            {
+                "entry": serialize.entry(result.entry),
+                "overlaps": [serialize.claim(c, now) for c in result.overlaps],
+                "ended": [serialize.claim(c, now) for c in result.ended],
+            },
+            conn,
+        )
     if result.overlaps:
         new_claim = runtime.context.claim(result.entry.id)
         _notify_overlaps(runtime, worker, new_claim, list(result.overlaps))
-    return answer(
-        runtime,
-        worker,
-        {
-            "entry": serialize.entry(result.entry),
-            "overlaps": [serialize.claim(c, now) for c in result.overlaps],
-            "ended": [serialize.claim(c, now) for c in result.ended],
-        },
-    )
+    return reply
 
 
 @router.get("/entries/{entry_id}", summary="One entry, and the entries that refer to it")

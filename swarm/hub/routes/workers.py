@@ -49,10 +49,14 @@ def roster(reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
 @router.post("/status", summary="Report this worker's state (also a heartbeat)")
 def status(body: StatusIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     runtime.registry.report(worker, body.state, body.status)
+    flags = runtime.run.flags()
+    result: dict[str, Any] = {
+        "stop": flags.get("stop") == "1",
+        "no_new_sessions": flags.get("no_new_sessions") == "1",
+    }
     if body.state == "stopped":
-        released = runtime.context.release_all(worker.id)
-        return {"result": {"released": [c.id for c in released]}, "delivery": None}
-    return {"result": {"ok": True}, "delivery": None}
+        result["released"] = [c.id for c in runtime.context.release_all(worker.id)]
+    return {"result": result, "delivery": None}
 
 
 @router.get("/whoami", summary="The calling worker, plus its delivery block")

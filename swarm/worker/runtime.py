@@ -1,0 +1,283 @@
+"""The worker runtime: register, clone, then run harness sessions back to back until the budget
+ends. The cooperation loop lives in the prompt; this only provides the harness, tools and env."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swarm.errors import InvalidInput
+from swarm.harness import Harness, SessionContext, SessionLimits, SessionResult, get_harness
+from swarm.tools import format as fmt
+from swarm.tools.client import HubClient, HubError
+from swarm.worker.models import pick_model
+from swarm.worker.prompt import render_worker_prompt
+
+log = logging.getLogger("swarm.worker")
+
+NO_WORK_LEFT = "no work left"
+
+
+@dataclass
+class WorkerOptions:
+    hub_url: str
+    join_token: str
+    workdir_root: Path
+    goal: str
+    team_size: int = 1
+    harness: str = "sim"
+    harness_options: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    model_mix: str | None = None  # chosen by worker id once registered (see worker.models)
+    api_base: str | None = None
+    deadline: float = float("inf")  # unix time when the run's budget ends
+    limits: SessionLimits = field(default_factory=SessionLimits)
+    oracle: str | None = None
+    required_approvals: int = 0
+    max_sessions: int | None = None
+
+
+@dataclass
+class WorkerTotals:
+    sessions: int = 0
+    steps: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+
+
+def git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def sw_bin_dir() -> str:
+    """The directory holding the `sw` command of this installation."""
+    found = shutil.which("sw", path=str(Path(sys.executable).parent))
+    return str(Path(found).parent) if found else str(Path(sys.executable).parent)
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        options: WorkerOptions,
+        *,
+        stop: threading.Event | None = None,
+        harness: Harness | None = None,
+    ) -> None:
+        self.options = options
+        self.stop = stop or threading.Event()
+        self.harness = harness
+        self.totals = WorkerTotals()
+        self.name = "?"
+        self.client: HubClient | None = None
+        self.state = "starting"
+        self.status: dict[str, Any] = {}
+        self.flags: dict[str, Any] = {}
+
+    # -- set-up ---------------------------------------------------------------------------
+    def register(self) -> HubClient:
+        with HubClient(self.options.hub_url, self.options.join_token) as joiner:
+            info = joiner.register(None if self.options.model_mix else self.options.model)
+        self.name = info["name"]
+        self.options.model = pick_model(self.options.model, self.options.model_mix, info["id"])
+        self.client = HubClient(self.options.hub_url, info["token"])
+        return self.client
+
+    def prepare_checkout(self, client: HubClient) -> tuple[Path, dict[str, str]]:
+        assert client.token
+        workdir = self.options.workdir_root / self.name
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        workdir.parent.mkdir(parents=True, exist_ok=True)
+        where = client.call("GET", "/v1/workspace")["result"]
+        header = f"http.extraHeader=Authorization: Bearer {client.token}"
+        git("clone", "-q", "-c", header, where["clone_url"], str(workdir), cwd=workdir.parent)
+        git("config", "user.name", self.name, cwd=workdir)
+        git("config", "user.email", f"{self.name}@swarm.invalid", cwd=workdir)
+        env = {
+            **os.environ,
+            "PATH": sw_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
+            "SWARM_HUB_URL": self.options.hub_url,
+            "SWARM_TOKEN": client.token,
+            "SWARM_WORKER": self.name,
+            "GIT_TERMINAL_PROMPT": "0",
+        }
+        env.pop("SWARM_JOIN_TOKEN", None)
+        env.pop("SWARM_OPERATOR_TOKEN", None)
+        if self.options.oracle:
+            env["SWARM_ORACLE"] = self.options.oracle
+        return workdir, env
+
+    # -- hooks handed to the harness ------------------------------------------------------
+    def pending_direct(self) -> str:
+        """What is new for this worker (DMs first), for a harness's per-step hook."""
+        assert self.client
+        try:
+            return fmt.delivery(self.client.call("GET", "/v1/whoami")["delivery"])
+        except HubError as exc:
+            return f"(could not reach the hub for messages: {exc.message})"
+
+    def channel_digest(self) -> str:
+        assert self.client
+        try:
+            data = self.client.inbox()
+        except HubError as exc:
+            return f"(could not read the channel: {exc.message})"
+        posts = data["result"]["channel"]
+        lines = [fmt.message(m) for m in posts]
+        block = fmt.delivery(data.get("delivery"))
+        if not lines and not block:
+            return ""
+        head = "--- tasks channel (new posts) ---" if lines else ""
+        return "\n".join(part for part in (head, *lines, block) if part)
+
+    def on_step(self, action: str) -> None:
+        self.status["last_action"] = action[:200]
+
+    def heartbeat(self) -> None:
+        """Report state (also a liveness signal); read the run's flags from the answer."""
+        if self.client is None:
+            return
+        try:
+            answer = self.client.call(
+                "POST", "/v1/status", json={"state": self.state, "status": self.status_doc()}
+            )
+            self.flags = answer["result"]
+        except HubError as exc:
+            log.warning("%s: heartbeat failed: %s", self.name, exc.message)
+
+    def status_doc(self) -> dict[str, Any]:
+        return {**self.status, **self.totals.__dict__}
+
+    # -- the loop -------------------------------------------------------------------------
+    def should_stop(self) -> str | None:
+        if self.stop.is_set() or self.flags.get("stop"):
+            return "stopped"
+        if time.time() >= self.options.deadline:
+            return "budget"
+        if self.flags.get("no_new_sessions"):
+            return "cost cap"
+        if self.options.max_sessions is not None and self.totals.sessions >= self.options.max_sessions:
+            return "session limit"
+        return None
+
+    def run(self) -> WorkerTotals:
+        client = self.register()
+        try:
+            harness = self.harness or get_harness(
+                self.options.harness, **self.options.harness_options
+            )
+            workdir, env = self.prepare_checkout(client)
+            prompt = render_worker_prompt(
+                worker=self.name,
+                team_size=self.options.team_size,
+                goal=self.options.goal,
+                oracle=self.options.oracle,
+                required_approvals=self.options.required_approvals,
+            )
+            self.state = "idle"
+            self.heartbeat()
+            while (reason := self.should_stop()) is None:
+                result = self.run_session(client, harness, workdir, env, prompt)
+                if result.ended == "stopped" and result.detail.startswith(NO_WORK_LEFT):
+                    self.status["stopped_because"] = result.detail
+                    break
+                if result.ended == "error":
+                    self.stop.wait(min(30.0, 2.0 * (1 + self.totals.sessions % 5)))
+            else:
+                self.status["stopped_because"] = reason
+        finally:
+            self.state = "stopped"
+            self.heartbeat()  # the hub releases this worker's claims
+            client.close()
+        return self.totals
+
+    def run_session(
+        self, client: HubClient, harness: Harness, workdir: Path, env: dict[str, str], prompt: str
+    ) -> SessionResult:
+        started = client.call(
+            "POST", "/v1/sessions", json={"harness": harness.name, "model": self.options.model}
+        )["result"]
+        self.state = "in_session"
+        self.status.update(session=started["number"])
+        self.heartbeat()
+        ctx = SessionContext(
+            worker=self.name,
+            number=started["number"],
+            workdir=workdir,
+            prompt=prompt,
+            env=env,
+            limits=self.options.limits,
+            model=self.options.model,
+            api_base=self.options.api_base,
+            stop=self.stop,
+            pending_direct=self.pending_direct,
+            channel_digest=self.channel_digest,
+            on_step=self.on_step,
+        )
+        try:
+            result = harness.run_session(ctx)
+        except InvalidInput:
+            raise  # a configuration problem: the person must fix it, retrying cannot
+        except Exception as exc:  # noqa: BLE001 - a session's failure must not kill the worker
+            log.exception("%s: session %s failed", self.name, started["number"])
+            result = SessionResult("error", detail=f"{type(exc).__name__}: {exc}")
+        client.call(
+            "POST",
+            f"/v1/sessions/{started['id']}/end",
+            json={
+                "ended": result.ended,
+                "steps": result.steps,
+                "tokens_in": result.tokens_in,
+                "tokens_out": result.tokens_out,
+                "cost": result.cost,
+                "detail": result.detail,
+            },
+        )
+        t = self.totals
+        t.sessions += 1
+        t.steps += result.steps
+        t.tokens_in += result.tokens_in
+        t.tokens_out += result.tokens_out
+        t.cost += result.cost
+        self.state = "idle"
+        self.status["last_session"] = f"{result.ended}: {result.detail[:160]}"
+        return result
+
+
+class HeartbeatPump:
+    """One thread that sends every local runtime's heartbeat, so 1,024 workers need not 2,048
+    threads; each runtime also reports at session boundaries."""
+
+    def __init__(self, runtimes: list[WorkerRuntime], interval: float = 10.0) -> None:
+        self.runtimes = runtimes
+        self.interval = interval
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="heartbeats", daemon=True)
+
+    def _loop(self) -> None:
+        while not self.done.wait(self.interval):
+            for runtime in list(self.runtimes):
+                if runtime.state not in ("starting", "stopped"):
+                    runtime.heartbeat()
+
+    def start(self) -> HeartbeatPump:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)

@@ -1,0 +1,124 @@
+"""Shared fixtures: real SQLite and PostgreSQL databases, a real hub on loopback, workers."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from swarm.bootstrap import Runtime, build_runtime
+from swarm.config import Settings
+from swarm.db import Database
+from swarm.hub.server import BackgroundHub
+from swarm.tools.client import HubClient
+
+POSTGRES_URL = os.environ.get(
+    "SWARM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+class FakeClock:
+    """A clock the test moves by hand (leases, heartbeats)."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """PostgreSQL must be reachable: an unreachable server fails the run, it never skips."""
+    engine = create_engine(POSTGRES_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # pragma: no cover - only when the server is down
+        pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}")
+    finally:
+        engine.dispose()
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A URL whose search_path is a fresh schema, dropped afterwards."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in postgres_admin_url else "?"
+    yield f"{postgres_admin_url}{sep}options=-csearch_path%3D{schema},public"
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'hub.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
+    database.create_schema()
+    yield database
+    database.dispose()
+
+
+def make_runtime(db: Database, tmp_path: Path, clock: Callable[[], float] | None = None,
+                 **settings: object) -> Runtime:
+    values: dict[str, object] = {"run_dir": tmp_path / "run", "database_url": db.url}
+    values.update(settings)
+    return build_runtime(Settings(**values), db=db, clock=clock or time.time)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def runtime(db: Database, tmp_path: Path) -> Runtime:
+    return make_runtime(db, tmp_path)
+
+
+@pytest.fixture
+def hub(runtime: Runtime) -> Iterator[BackgroundHub]:
+    with BackgroundHub(runtime) as server:
+        yield server
+
+
+@pytest.fixture
+def new_worker(hub: BackgroundHub) -> Iterator[Callable[[], HubClient]]:
+    """Registers a worker with the hub and answers a client that acts as it."""
+    clients: list[HubClient] = []
+
+    def make() -> HubClient:
+        with HubClient(hub.url, hub.runtime.operator_token) as operator:
+            token = operator.register()["token"]
+        client = HubClient(hub.url, token)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def operator(hub: BackgroundHub) -> Iterator[HubClient]:
+    with HubClient(hub.url, hub.runtime.operator_token) as client:
+        yield client
