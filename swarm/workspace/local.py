@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast, get_args
 
 import pygit2
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from swarm.config import Settings
@@ -255,6 +255,21 @@ class LocalWorkspace:
             )
             self._event(conn, number, worker.name, "closed", "")
         return self._pr_by_number(number)
+
+    def counts(self) -> dict[str, int]:
+        """Pull requests by state, and how many merge attempts met a conflict."""
+        with self.db.read() as conn:
+            by_state = dict(
+                conn.execute(
+                    select(pull_requests.c.state, func.count()).group_by(pull_requests.c.state)
+                ).all()
+            )
+            conflicts = conn.execute(
+                select(func.count()).select_from(pr_events).where(pr_events.c.kind == "conflict")
+            ).scalar_one()
+        result = {state: int(by_state.get(state, 0)) for state in ("open", "merged", "closed")}
+        result["conflicts"] = int(conflicts)
+        return result
 
     def reconcile(self) -> int:
         """Mark merged every unmerged PR whose merge commit main contains; returns how many."""
