@@ -76,5 +76,6 @@ for _name, (_module, _attr) in _EXTENSIONS.items():
     try:
         main.add_command(getattr(importlib.import_module(_module), _attr), _name)
     except ModuleNotFoundError as _exc:
-        if _exc.name != _module:  # a real missing dependency must not be hidden
+        # Skip a part that is not installed; a missing dependency inside one must not be hidden.
+        if not (_exc.name and (_module + ".").startswith(_exc.name + ".")):
             raise
