@@ -27,9 +27,13 @@ def _progress(run: Run, summary: dict[str, Any]) -> Table:
     prs = summary.get("prs") or {}
     claims = summary["claims"]
     checkpoint = summary.get("checkpoint")
-    score = (f"{checkpoint['passed']}/{checkpoint['total']} "
-             f"({100 * checkpoint['passed'] / max(1, checkpoint['total']):.0f}%)"
-             if checkpoint else "not scored yet")
+    if checkpoint is None:
+        score = "not scored yet"
+    elif checkpoint.get("reason"):
+        score = f"not scored: {checkpoint['reason'][:80]}"
+    else:
+        score = (f"{checkpoint['passed']}/{checkpoint['total']} "
+                 f"({100 * checkpoint['passed'] / max(1, checkpoint['total']):.0f}%)")
     entries = summary["entries"]
     rows = [
         ("run", f"{run.plan.run_dir}   {run.plan.workers} workers · {run.plan.harness}"
