@@ -105,7 +105,7 @@ def _build_messages(settings: Settings, db: Database, clock: Callable[[], float]
     if settings.messages == "mattermost":
         from swarm.messages import mattermost
 
-        return mattermost.from_settings(settings, db)  # type: ignore[attr-defined,no-any-return]
+        return mattermost.from_settings(settings, db)
     from swarm.messages.local import LocalMessages
 
     return LocalMessages(db, clock=clock, size_limit=settings.message_limit)
@@ -117,7 +117,7 @@ def _build_workspace(
     if settings.workspace == "gitea":
         from swarm.workspace import gitea
 
-        return gitea.from_settings(settings, db)  # type: ignore[attr-defined,no-any-return]
+        return gitea.from_settings(settings, db)
     try:
         from swarm.workspace import local
     except ImportError:

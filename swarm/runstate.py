@@ -216,7 +216,7 @@ class RunState:
         """Counters for progress displays: cheap aggregate queries only."""
         now = self.clock()
         with self.db.read() as conn:
-            by_type = dict(
+            by_type: dict[str, int] = dict(
                 conn.execute(select(entries.c.type, func.count()).group_by(entries.c.type)).all()
             )
             claim_states = conn.execute(

@@ -8,6 +8,7 @@ characters falls back to a scan, newest first, that stops at the limit.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,10 +20,8 @@ from swarm.errors import InvalidInput
 MIN_LITERAL = 3  # trigram indexes need at least three characters
 MAX_PATTERN = 1000
 
-try:  # the stdlib's own regex parser; we only read the tree it builds
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python < 3.11 layout
-    import sre_parse  # type: ignore[no-redef]
+# The stdlib's own regex parser (private but stable since 3.11); we only read the tree it builds.
+sre_parse: Any = importlib.import_module("re._parser")
 
 _C = sre_parse  # constants live beside the parser
 LITERAL = _C.LITERAL

@@ -311,11 +311,9 @@ def whoami() -> None:
 
 def _register_extensions() -> None:
     """Commands of optional parts (pull requests, ...) register themselves here."""
-    try:
-        from swarm.tools import commands_pr
-    except ImportError:
-        return
-    commands_pr.register(sw)
+    import importlib
+
+    importlib.import_module("swarm.tools.commands_pr").register(sw)
 
 
 _register_extensions()

@@ -259,7 +259,7 @@ class LocalWorkspace:
     def counts(self) -> dict[str, int]:
         """Pull requests by state, and how many merge attempts met a conflict."""
         with self.db.read() as conn:
-            by_state = dict(
+            by_state: dict[str, int] = dict(
                 conn.execute(
                     select(pull_requests.c.state, func.count()).group_by(pull_requests.c.state)
                 ).all()
