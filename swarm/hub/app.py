@@ -23,14 +23,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     )
     app.state.runtime = runtime
 
-    @app.on_event("startup")
-    async def _limit_threads() -> None:
-        import anyio.to_thread
-        import os
-
-        anyio.to_thread.current_default_thread_limiter().total_tokens = int(
-            os.environ.get("SWARM_HUB_THREADS", "40")
-        )
     for router in (workers.router, context.router, messages.router, run.router):
         _add_routes(app, router)
     _mount_optional(app, runtime)
