@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import case, func, insert, select, update
 
-from swarm.context.schema import claims, entries, workers
+from swarm.context.counts import claim_counts
+from swarm.context.schema import entries, workers
 from swarm.db import Database
 from swarm.errors import Forbidden, InvalidInput, NotFound
 from swarm.evaluation.schema import checkpoints
@@ -219,24 +220,7 @@ class RunState:
             by_type: dict[str, int] = dict(
                 conn.execute(select(entries.c.type, func.count()).group_by(entries.c.type)).all()
             )
-            claim_states = conn.execute(
-                select(
-                    func.sum(
-                        case(
-                            (claims.c.ended_at.is_(None) & (claims.c.lease_until > now), 1), else_=0
-                        )
-                    ),
-                    func.sum(case((claims.c.end_reason == "completed", 1), else_=0)),
-                    func.sum(case((claims.c.end_reason == "failed", 1), else_=0)),
-                    func.sum(case((claims.c.end_reason == "released", 1), else_=0)),
-                    func.sum(
-                        case(
-                            (claims.c.ended_at.is_(None) & (claims.c.lease_until <= now), 1),
-                            else_=0,
-                        )
-                    ),
-                )
-            ).one()
+            claim_states = claim_counts(conn, now)
             totals = conn.execute(
                 select(
                     func.count(),
@@ -263,13 +247,7 @@ class RunState:
         return {
             "workers": int(worker_count),
             "entries": {k: int(v) for k, v in by_type.items()},
-            "claims": dict(
-                zip(
-                    ("active", "completed", "failed", "released", "lapsed"),
-                    (int(x or 0) for x in claim_states),
-                    strict=True,
-                )
-            ),
+            "claims": claim_states,
             "sessions": {"total": int(totals[0]), "running": int(running)},
             "tokens_in": int(totals[1]),
             "tokens_out": int(totals[2]),

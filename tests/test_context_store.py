@@ -199,3 +199,21 @@ def test_catastrophic_pattern_returns_promptly(store: ContextStore, registry: Re
     result = store.grep("(a+)+$")
     assert result.entries == () and time.perf_counter() - started < 2.0
     assert len(store.grep("(a+)+b$").entries) == 20
+
+
+def test_claim_counts_by_state(
+    store: ContextStore, registry: Registry, db: Database, clock: FakeClock
+) -> None:
+    from swarm.context.counts import claim_counts
+
+    a, _ = registry.register()
+    ids = [store.append(a.id, "CLAIM", f"c{i}", scope=[f"f{i}.py"], lease_seconds=60).entry.id
+           for i in range(6)]
+    store.append(a.id, "PATCH_SUMMARY", "done", refs=[ids[0]])
+    store.append(a.id, "FAIL", "no", refs=[ids[1]])
+    store.release(a.id, ids[2])
+    store.renew(a.id, ids[3], 600)
+    clock.advance(120)  # ids[4] and ids[5] lapse; ids[3] is still leased
+    with db.read() as conn:
+        counts = claim_counts(conn, clock())
+    assert counts == {"active": 1, "completed": 1, "failed": 1, "released": 1, "lapsed": 2}

@@ -74,6 +74,7 @@ claims = Table(
     Column("ended_by", Id, nullable=True),  # the entry that ended it, if any
     Index("claims_open", "ended_at", "lease_until"),
     Index("claims_by_owner", "owner_id", "ended_at"),
+    Index("claims_by_end", "end_reason"),
 )
 
 entry_refs = Table(

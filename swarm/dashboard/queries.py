@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, case, func, or_, select
 from sqlalchemy.orm import aliased
 
+from swarm.context.counts import claim_counts
 from swarm.context.schema import claims, entries, workers
 from swarm.dashboard.counters import RunCounters
 from swarm.db import Database
@@ -210,18 +211,7 @@ class DashboardQueries:
 
     @staticmethod
     def _claim_counts(conn: Connection, now: float) -> dict[str, int]:
-        open_ = claims.c.ended_at.is_(None)
-        row = conn.execute(
-            select(
-                func.sum(case((open_ & (claims.c.lease_until > now), 1), else_=0)),
-                func.sum(case((claims.c.end_reason == "completed", 1), else_=0)),
-                func.sum(case((claims.c.end_reason == "failed", 1), else_=0)),
-                func.sum(case((claims.c.end_reason == "released", 1), else_=0)),
-                func.sum(case((open_ & (claims.c.lease_until <= now), 1), else_=0)),
-            )
-        ).one()
-        names = ("active", "completed", "failed", "released", "lapsed")
-        return {k: int(v or 0) for k, v in zip(names, row, strict=True)}
+        return claim_counts(conn, now)
 
     @staticmethod
     def _pr_counts(conn: Connection) -> dict[str, int]:
