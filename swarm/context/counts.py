@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, case, func, select
 
 from swarm.context.schema import claims
 
@@ -21,11 +21,11 @@ def claim_counts(conn: Connection, now: float) -> dict[str, int]:
     for reason, count in ended:
         if reason in counts:
             counts[reason] = int(count)
-    open_leases = conn.execute(
-        select(claims.c.lease_until > now, func.count())
-        .where(claims.c.ended_at.is_(None))
-        .group_by(claims.c.lease_until > now)
-    )
-    for alive, count in open_leases:
-        counts["active" if alive else "lapsed"] += int(count)
+    total, alive = conn.execute(
+        select(func.count(), func.sum(case((claims.c.lease_until > now, 1), else_=0))).where(
+            claims.c.ended_at.is_(None)
+        )
+    ).one()
+    counts["active"] = int(alive or 0)
+    counts["lapsed"] = int(total or 0) - counts["active"]
     return counts
