@@ -13,6 +13,7 @@ from swarm import __version__
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
 from swarm.hub.routes import context, messages, run, workers
+from swarm.hub.timing import install_timing
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -26,6 +27,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     for router in (workers.router, context.router, messages.router, run.router):
         _add_routes(app, router)
     _mount_optional(app, runtime)
+    install_timing(app, runtime)  # per-route latency histogram, written on shutdown
 
     @app.exception_handler(SwarmError)
     async def _swarm_error(_request: Request, exc: SwarmError) -> JSONResponse:

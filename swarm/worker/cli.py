@@ -47,6 +47,7 @@ def worker_command(
 ) -> None:
     """Register COUNT workers with the hub and run their sessions until the budget ends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per call is 100k+ lines
     task = load_task(task_dir)
     stop = threading.Event()
 

@@ -25,6 +25,13 @@ log = logging.getLogger("swarm.worker")
 
 NO_WORK_LEFT = "no work left"
 
+# Clones through the hub at once, per worker process: 256 workers starting together would
+# otherwise run 256 `git http-backend`s on the hub at the same moment (and time out).
+CLONE_SLOTS = threading.BoundedSemaphore(int(os.environ.get("SWARM_CLONE_CONCURRENCY", "4")))
+CLONE_ATTEMPTS = 4
+_SEED_LOCK = threading.Lock()
+_SEEDS: dict[tuple[str, str], tuple[threading.Lock, Path]] = {}
+
 
 @dataclass
 class WorkerOptions:
@@ -86,6 +93,7 @@ class WorkerRuntime:
         self.state = "starting"
         self.status: dict[str, Any] = {}
         self.flags: dict[str, Any] = {}
+        self.reported = 0.0  # time.monotonic() of the last heartbeat that reached the hub
 
     # -- set-up ---------------------------------------------------------------------------
     def register(self) -> HubClient:
@@ -96,17 +104,34 @@ class WorkerRuntime:
         self.client = HubClient(self.options.hub_url, info["token"])
         return self.client
 
-    def prepare_checkout(self, client: HubClient) -> tuple[Path, dict[str, str]]:
+    def prepare_checkout(
+        self, client: HubClient, *, sparse: bool = False
+    ) -> tuple[Path, dict[str, str]]:
+        """This worker's clone of the workspace, its origin the hub. It is made from a bare seed
+        that the first worker of the process clones through the hub (one HTTP clone per process
+        instead of one per worker: 1,024 clones made start-up take minutes). `sparse`: check
+        out top-level files only (the simulated harness adds the files of the unit it works
+        on), so 1,024 checkouts of a large task do not write millions of files."""
         assert client.token
         workdir = self.options.workdir_root / self.name
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.parent.mkdir(parents=True, exist_ok=True)
         where = client.call("GET", "/v1/workspace")["result"]
-        header = f"http.extraHeader=Authorization: Bearer {client.token}"
-        git("clone", "-q", "-c", header, where["clone_url"], str(workdir), cwd=workdir.parent)
+        seed = self.seed(where["clone_url"], client.token)
+        git("clone", "-q", "--local", "--no-checkout", "--no-tags", str(seed), str(workdir),
+            cwd=workdir.parent)
+        git("remote", "set-url", "origin", where["clone_url"], cwd=workdir)
+        git("config", "http.extraHeader", f"Authorization: Bearer {client.token}", cwd=workdir)
+        git("config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*", cwd=workdir)
         git("config", "user.name", self.name, cwd=workdir)
         git("config", "user.email", f"{self.name}@swarm.invalid", cwd=workdir)
+        git("config", "gc.auto", "0", cwd=workdir)  # no surprise repacks in 1,024 checkouts
+        if sparse:
+            git("config", "core.sparseCheckout", "true", cwd=workdir)
+            (workdir / ".git" / "info").mkdir(exist_ok=True)
+            (workdir / ".git" / "info" / "sparse-checkout").write_text("/*\n!/*/\n")
+        git("checkout", "-q", "-B", "main", "origin/main", cwd=workdir)
         env = {
             **os.environ,
             "PATH": sw_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
@@ -120,6 +145,35 @@ class WorkerRuntime:
         if self.options.oracle:
             env["SWARM_ORACLE"] = self.options.oracle
         return workdir, env
+
+    def seed(self, url: str, token: str) -> Path:
+        """The process's bare clone of main through the hub, made once (see prepare_checkout)."""
+        key = (url, str(self.options.workdir_root))
+        with _SEED_LOCK:
+            lock = _SEEDS.setdefault(key, (threading.Lock(), self.options.workdir_root
+                                           / f".seed-{os.getpid()}.git"))
+        guard, path = lock
+        with guard:
+            if not (path / "HEAD").is_file():
+                self.clone(url, token, path, "--bare")
+        return path
+
+    def clone(self, url: str, token: str, workdir: Path, *flags: str) -> None:
+        """Clone main only (peers' branches are fetched when wanted), a few at a time per
+        process, retrying while a busy hub refuses or drops the connection."""
+        header = f"http.extraHeader=Authorization: Bearer {token}"
+        for attempt in range(1, CLONE_ATTEMPTS + 1):
+            with CLONE_SLOTS:
+                try:
+                    git("clone", "-q", *flags, "--single-branch", "--no-tags", "-c", header, url,
+                        str(workdir), cwd=workdir.parent)
+                    return
+                except RuntimeError:
+                    if attempt == CLONE_ATTEMPTS or self.stop.is_set():
+                        raise
+                    shutil.rmtree(workdir, ignore_errors=True)
+            log.warning("%s: clone failed (attempt %d); retrying", self.name, attempt)
+            self.stop.wait(2.0 * attempt)
 
     # -- hooks handed to the harness ------------------------------------------------------
     def pending_direct(self) -> str:
@@ -155,6 +209,7 @@ class WorkerRuntime:
             answer = self.client.call(
                 "POST", "/v1/status", json={"state": self.state, "status": self.status_doc()}
             )
+            self.reported = time.monotonic()
             self.flags = answer["result"]
         except HubError as exc:
             log.warning("%s: heartbeat failed: %s", self.name, exc.message)
@@ -180,7 +235,9 @@ class WorkerRuntime:
             harness = self.harness or get_harness(
                 self.options.harness, **self.options.harness_options
             )
-            workdir, env = self.prepare_checkout(client)
+            workdir, env = self.prepare_checkout(
+                client, sparse=bool(getattr(harness, "sparse_checkout", False))
+            )
             prompt = render_worker_prompt(
                 worker=self.name,
                 team_size=self.options.team_size,
@@ -271,7 +328,12 @@ class HeartbeatPump:
     def _loop(self) -> None:
         while not self.done.wait(self.interval):
             for runtime in list(self.runtimes):
-                if runtime.state not in ("starting", "stopped"):
+                if self.done.is_set():
+                    return
+                # A runtime that reported lately (a session started or ended) is known alive:
+                # skipping it spares the hub a write per worker per interval at 1,024 workers.
+                recent = time.monotonic() - runtime.reported < self.interval
+                if runtime.state not in ("starting", "stopped") and not recent:
                     runtime.heartbeat()
 
     def start(self) -> HeartbeatPump:
