@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from swarm.errors import InvalidInput
 from swarm.harness import Harness, SessionContext, SessionLimits, SessionResult, get_harness
@@ -70,6 +71,12 @@ def git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+def carries_credentials(url: str) -> bool:
+    """A clone URL with its own user:password (e.g. Gitea's): the hub's bearer must not ride
+    along, or the server would see two credentials."""
+    return urlsplit(url).password is not None
+
+
 def sw_bin_dir() -> str:
     """The directory holding the `sw` command of this installation."""
     found = shutil.which("sw", path=str(Path(sys.executable).parent))
@@ -119,10 +126,19 @@ class WorkerRuntime:
         workdir.parent.mkdir(parents=True, exist_ok=True)
         where = client.call("GET", "/v1/workspace")["result"]
         seed = self.seed(where["clone_url"], client.token)
-        git("clone", "-q", "--local", "--no-checkout", "--no-tags", str(seed), str(workdir),
-            cwd=workdir.parent)
+        git(
+            "clone",
+            "-q",
+            "--local",
+            "--no-checkout",
+            "--no-tags",
+            str(seed),
+            str(workdir),
+            cwd=workdir.parent,
+        )
         git("remote", "set-url", "origin", where["clone_url"], cwd=workdir)
-        git("config", "http.extraHeader", f"Authorization: Bearer {client.token}", cwd=workdir)
+        if not carries_credentials(where["clone_url"]):
+            git("config", "http.extraHeader", f"Authorization: Bearer {client.token}", cwd=workdir)
         git("config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*", cwd=workdir)
         git("config", "user.name", self.name, cwd=workdir)
         git("config", "user.email", f"{self.name}@swarm.invalid", cwd=workdir)
@@ -150,8 +166,9 @@ class WorkerRuntime:
         """The process's bare clone of main through the hub, made once (see prepare_checkout)."""
         key = (url, str(self.options.workdir_root))
         with _SEED_LOCK:
-            lock = _SEEDS.setdefault(key, (threading.Lock(), self.options.workdir_root
-                                           / f".seed-{os.getpid()}.git"))
+            lock = _SEEDS.setdefault(
+                key, (threading.Lock(), self.options.workdir_root / f".seed-{os.getpid()}.git")
+            )
         guard, path = lock
         with guard:
             if not (path / "HEAD").is_file():
@@ -161,12 +178,25 @@ class WorkerRuntime:
     def clone(self, url: str, token: str, workdir: Path, *flags: str) -> None:
         """Clone main only (peers' branches are fetched when wanted), a few at a time per
         process, retrying while a busy hub refuses or drops the connection."""
-        header = f"http.extraHeader=Authorization: Bearer {token}"
+        auth = (
+            []
+            if carries_credentials(url)
+            else ["-c", f"http.extraHeader=Authorization: Bearer {token}"]
+        )
         for attempt in range(1, CLONE_ATTEMPTS + 1):
             with CLONE_SLOTS:
                 try:
-                    git("clone", "-q", *flags, "--single-branch", "--no-tags", "-c", header, url,
-                        str(workdir), cwd=workdir.parent)
+                    git(
+                        "clone",
+                        "-q",
+                        *flags,
+                        "--single-branch",
+                        "--no-tags",
+                        *auth,
+                        url,
+                        str(workdir),
+                        cwd=workdir.parent,
+                    )
                     return
                 except RuntimeError:
                     if attempt == CLONE_ATTEMPTS or self.stop.is_set():
@@ -225,7 +255,10 @@ class WorkerRuntime:
             return "budget"
         if self.flags.get("no_new_sessions"):
             return "cost cap"
-        if self.options.max_sessions is not None and self.totals.sessions >= self.options.max_sessions:
+        if (
+            self.options.max_sessions is not None
+            and self.totals.sessions >= self.options.max_sessions
+        ):
             return "session limit"
         return None
 
