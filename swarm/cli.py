@@ -30,7 +30,9 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--run-dir", type=click.Path(path_type=Path), help="Default: $SWARM_RUN_DIR or runs/default.")
+@click.option(
+    "--run-dir", type=click.Path(path_type=Path), help="Default: $SWARM_RUN_DIR or runs/default."
+)
 @click.option("--database-url", help="SQLAlchemy URL; default SQLite (WAL) in the run directory.")
 @click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8765).")
@@ -50,10 +52,13 @@ def hub(run_dir: Path | None, database_url: str | None, host: str | None, port: 
         overrides["port"] = port
     settings = Settings(**overrides)  # type: ignore[arg-type]
     runtime = build_runtime(settings)
+    token_at = (
+        "$SWARM_OPERATOR_TOKEN" if settings.operator_token else settings.run_dir / "operator.token"
+    )
     click.echo(
         f"swarm hub on http://{settings.host}:{settings.port}  "
-        f"(database: {runtime.db.safe_url}; operator token in "
-        f"{settings.run_dir / 'operator.token' if not settings.operator_token else '$SWARM_OPERATOR_TOKEN'})"
+        f"(database: {runtime.db.safe_url}; operator token in {token_at}; "
+        f"dashboard at /dashboard)"
     )
     try:
         make_server(runtime, settings.host, settings.port, log_level="info").run()

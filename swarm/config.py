@@ -26,7 +26,8 @@ class Settings(BaseSettings):
         default=None, description="Administration token; generated into <run_dir>/operator.token."
     )
     join_token: str | None = Field(
-        default=None, description="Token that lets a worker register; defaults to the operator token."
+        default=None,
+        description="Token that lets a worker register; defaults to the operator token.",
     )
     workspace: Literal["local", "gitea"] = "local"
     messages: Literal["local", "mattermost"] = "local"
@@ -37,7 +38,9 @@ class Settings(BaseSettings):
     body_limit: int = Field(default=8000, ge=100, le=1_000_000)
     message_limit: int = Field(default=4000, ge=100, le=1_000_000)
     required_approvals: int = Field(default=0, ge=0, le=16)
-    merge_check: str | None = Field(default=None, description="Shell command run on the merged tree.")
+    merge_check: str | None = Field(
+        default=None, description="Shell command run on the merged tree."
+    )
     heartbeat_timeout_seconds: float = Field(default=60.0, gt=0)
 
     @field_validator("operator_token", "join_token")

@@ -83,8 +83,9 @@ def db(db_url: str) -> Iterator[Database]:
     database.dispose()
 
 
-def make_runtime(db: Database, tmp_path: Path, clock: Callable[[], float] | None = None,
-                 **settings: object) -> Runtime:
+def make_runtime(
+    db: Database, tmp_path: Path, clock: Callable[[], float] | None = None, **settings: object
+) -> Runtime:
     values: dict[str, object] = {"run_dir": tmp_path / "run", "database_url": db.url}
     values.update(settings)
     return build_runtime(Settings(**values), db=db, clock=clock or time.time)  # type: ignore[arg-type]

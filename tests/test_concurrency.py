@@ -53,12 +53,14 @@ def run_load(hub: HubProcess, slow_url: str | None) -> None:
 
     def writer(token: str, index: int) -> None:
         try:
-            with httpx.Client(base_url=hub.url, headers={"Authorization": f"Bearer {token}"},
-                              timeout=120) as client:
+            with httpx.Client(
+                base_url=hub.url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+            ) as client:
                 writing.wait()
                 for i in range(APPENDS):
-                    r = client.post("/v1/entries",
-                                    json={"type": "OBSERVED", "body": f"w{index} n{i}"})
+                    r = client.post(
+                        "/v1/entries", json={"type": "OBSERVED", "body": f"w{index} n{i}"}
+                    )
                     r.raise_for_status()
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
@@ -66,8 +68,9 @@ def run_load(hub: HubProcess, slow_url: str | None) -> None:
     def reader(token: str, index: int) -> None:
         deadline = time.monotonic() + 240
         try:
-            with httpx.Client(base_url=hub.url, headers={"Authorization": f"Bearer {token}"},
-                              timeout=120) as client:
+            with httpx.Client(
+                base_url=hub.url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+            ) as client:
                 while len(seen[index]) < expected and time.monotonic() < deadline:
                     r = client.get("/v1/feed", params={"limit": 500})
                     r.raise_for_status()

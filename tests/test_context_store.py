@@ -31,7 +31,9 @@ def count_entries(db: Database) -> int:
         return int(conn.execute(select(func.count()).select_from(entries)).scalar_one())
 
 
-def test_append_returns_entry_with_commit_ordered_ids(store: ContextStore, registry: Registry) -> None:
+def test_append_returns_entry_with_commit_ordered_ids(
+    store: ContextStore, registry: Registry
+) -> None:
     worker, _ = registry.register()
     first = store.append(worker.id, "OBSERVED", "tests fail on import").entry
     second = store.append(worker.id, EntryType.FACT, "the module name is inflection").entry
@@ -207,8 +209,10 @@ def test_claim_counts_by_state(
     from swarm.context.counts import claim_counts
 
     a, _ = registry.register()
-    ids = [store.append(a.id, "CLAIM", f"c{i}", scope=[f"f{i}.py"], lease_seconds=60).entry.id
-           for i in range(6)]
+    ids = [
+        store.append(a.id, "CLAIM", f"c{i}", scope=[f"f{i}.py"], lease_seconds=60).entry.id
+        for i in range(6)
+    ]
     store.append(a.id, "PATCH_SUMMARY", "done", refs=[ids[0]])
     store.append(a.id, "FAIL", "no", refs=[ids[1]])
     store.release(a.id, ids[2])

@@ -36,7 +36,9 @@ def test_calls_without_a_valid_token_are_refused(
     assert hub.runtime.context.head() == 0
 
 
-def test_registration_needs_the_join_token(hub: BackgroundHub, new_worker: Callable[[], HubClient]) -> None:
+def test_registration_needs_the_join_token(
+    hub: BackgroundHub, new_worker: Callable[[], HubClient]
+) -> None:
     worker = new_worker()
     with pytest.raises(HubError, match="join token") as info:
         HubClient(hub.url, worker.token).register()
@@ -46,9 +48,9 @@ def test_registration_needs_the_join_token(hub: BackgroundHub, new_worker: Calla
 def test_author_is_the_tokens_worker_not_a_field(new_worker: Callable[[], HubClient]) -> None:
     a, b = new_worker(), new_worker()
     b_name = b.call("GET", "/v1/whoami")["result"]["name"]
-    recorded = a.call(
-        "POST", "/v1/entries", json={"type": "FACT", "body": "x", "author": b_name}
-    )["result"]["entry"]
+    recorded = a.call("POST", "/v1/entries", json={"type": "FACT", "body": "x", "author": b_name})[
+        "result"
+    ]["entry"]
     assert recorded["author"] != b_name and recorded["author"].startswith("w")
 
 
@@ -70,7 +72,9 @@ def test_operator_token_is_not_a_worker(operator: HubClient) -> None:
     ],
 )
 def test_bad_entries_get_a_clear_4xx_and_change_nothing(
-    hub: BackgroundHub, new_worker: Callable[[], HubClient], payload: dict[str, object],
+    hub: BackgroundHub,
+    new_worker: Callable[[], HubClient],
+    payload: dict[str, object],
     message: str,
 ) -> None:
     worker = new_worker()

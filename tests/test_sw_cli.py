@@ -17,13 +17,16 @@ from swarm.tools.client import HubClient
 SW = str(Path(sys.executable).parent / "sw")
 
 
-def sw(*args: str, token: str | None, url: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def sw(
+    *args: str, token: str | None, url: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env["SWARM_HUB_URL"] = url
     if token:
         env["SWARM_TOKEN"] = token
-    return subprocess.run([SW, *args], env=env, capture_output=True, text=True, input=stdin,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [SW, *args], env=env, capture_output=True, text=True, input=stdin, timeout=60, check=False
+    )
 
 
 @pytest.fixture
@@ -34,7 +37,9 @@ def pair(hub: BackgroundHub, new_worker: Callable[[], HubClient]) -> tuple[str, 
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_record_claim_and_see_peers_in_the_delivery_block(hub: BackgroundHub, pair: tuple[str, str]) -> None:
+def test_record_claim_and_see_peers_in_the_delivery_block(
+    hub: BackgroundHub, pair: tuple[str, str]
+) -> None:
     a, b = pair
     claimed = sw("claim", "src/parser/**", "-m", "write the parser", token=a, url=hub.url)
     assert claimed.returncode == 0, claimed.stderr
@@ -42,8 +47,15 @@ def test_record_claim_and_see_peers_in_the_delivery_block(hub: BackgroundHub, pa
     overlap = sw("claim", "src/parser/lexer.py", "-m", "lexer", token=b, url=hub.url)
     assert "OVERLAPS claim #1 w1 [src/parser/**] active" in overlap.stdout
     assert "--- new from peers ---\n#1 CLAIM w1" in overlap.stdout
-    fact = sw("fact", "-", "--scope", "src/parser/lexer.py", token=a, url=hub.url,
-              stdin="tabs are whitespace\n")
+    fact = sw(
+        "fact",
+        "-",
+        "--scope",
+        "src/parser/lexer.py",
+        token=a,
+        url=hub.url,
+        stdin="tabs are whitespace\n",
+    )
     assert "recorded #3 FACT w1 [src/parser/lexer.py]: tabs are whitespace" in fact.stdout
     assert "--- direct messages for you ---\n[msg 1 dm from hub" in fact.stdout
     summary = sw("summary", "1", "parser done; pytest: 30 passed", token=a, url=hub.url)

@@ -49,7 +49,9 @@ def compile_pattern(pattern: str, *, ignore_case: bool = False) -> Pattern:
     if not pattern:
         raise InvalidInput("the grep pattern is empty; use '.' to match every entry")
     if len(pattern) > MAX_PATTERN:
-        raise InvalidInput(f"the grep pattern is {len(pattern)} characters; the limit is {MAX_PATTERN}")
+        raise InvalidInput(
+            f"the grep pattern is {len(pattern)} characters; the limit is {MAX_PATTERN}"
+        )
     options = re2.Options()
     options.case_sensitive = not ignore_case
     options.log_errors = False

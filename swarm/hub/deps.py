@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import secrets
-from typing import Annotated
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from swarm.bootstrap import Runtime
 from swarm.errors import Forbidden, Unauthorized
 from swarm.registry import Worker
+
+T = TypeVar("T")
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -67,3 +74,32 @@ CurrentWorker = Annotated[Worker, Depends(current_worker)]
 Reader = Annotated[Worker | None, Depends(worker_or_operator)]
 Operator = Depends(operator)
 Joiner = Depends(joiner)
+
+
+def short_call(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """Mark a route whose work is a few quick database statements.
+
+    On SQLite such a call runs on the event loop: writes are serialized anyway, and skipping the
+    thread-pool hop and its GIL hand-offs cut an append's server CPU by more than half
+    (measured). On PostgreSQL every statement waits on the network, so it goes to the pool.
+    Long calls (grep, feeds, git) stay plain `def` routes and always use the pool.
+    """
+    hints = typing.get_type_hints(fn, include_extras=True)
+    signature = inspect.signature(fn)
+    resolved = signature.replace(
+        parameters=[
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in signature.parameters.values()
+        ],
+        return_annotation=hints.get("return", signature.return_annotation),
+    )
+
+    @functools.wraps(fn)
+    async def route(**kwargs: Any) -> T:
+        runtime: Runtime = kwargs["runtime"]
+        if runtime.db.is_sqlite:
+            return fn(**kwargs)
+        return await run_in_threadpool(functools.partial(fn, **kwargs))
+
+    route.__signature__ = resolved  # type: ignore[attr-defined]
+    return route

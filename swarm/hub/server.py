@@ -19,7 +19,9 @@ from swarm.bootstrap import Runtime
 from swarm.hub.app import create_app
 
 
-def make_server(runtime: Runtime, host: str, port: int, *, log_level: str = "warning") -> uvicorn.Server:
+def make_server(
+    runtime: Runtime, host: str, port: int, *, log_level: str = "warning"
+) -> uvicorn.Server:
     config = uvicorn.Config(
         create_app(runtime),
         host=host,

@@ -142,11 +142,22 @@ class TimingMiddleware:
 def write_report(timings: Timings, run_dir: Path | None) -> dict[str, Any]:
     report = timings.report()
     for group, s in report["routes"].items():
-        log.info("%-40s n=%-7d p50=%.1fms p99=%.1fms max=%.1fms", group, s["count"],
-                 s["p50"] * 1e3, s["p99"] * 1e3, s["max"] * 1e3)
+        log.info(
+            "%-40s n=%-7d p50=%.1fms p99=%.1fms max=%.1fms",
+            group,
+            s["count"],
+            s["p50"] * 1e3,
+            s["p99"] * 1e3,
+            s["max"] * 1e3,
+        )
     a = report["all"]
-    log.warning("hub latency: %d requests, p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-                a["count"], a["p50"] * 1e3, a["p99"] * 1e3, a["max"] * 1e3)
+    log.warning(
+        "hub latency: %d requests, p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+        a["count"],
+        a["p50"] * 1e3,
+        a["p99"] * 1e3,
+        a["max"] * 1e3,
+    )
     if run_dir is not None and run_dir.is_dir():
         (run_dir / TIMING_FILE).write_text(json.dumps(report, indent=1) + "\n")
     return report

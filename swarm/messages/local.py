@@ -76,9 +76,7 @@ class LocalMessages:
                 cursor = conn.execute(
                     select(cursor_column).where(workers.c.id == worker.id)
                 ).scalar_one()
-                head = conn.execute(
-                    select(func.coalesce(func.max(messages.c.id), 0))
-                ).scalar_one()
+                head = conn.execute(select(func.coalesce(func.max(messages.c.id), 0))).scalar_one()
                 if head <= cursor:
                     return [], 0
                 window = (messages.c.id > cursor, messages.c.id <= head, where)
@@ -87,9 +85,12 @@ class LocalMessages:
                 ).all()
                 more = 0
                 if len(rows) == limit:
-                    more = conn.execute(
-                        select(func.count()).select_from(messages).where(*window)
-                    ).scalar_one() - limit
+                    more = (
+                        conn.execute(
+                            select(func.count()).select_from(messages).where(*window)
+                        ).scalar_one()
+                        - limit
+                    )
             new_cursor = rows[-1].id if more else head
             with self.db.write() as conn:
                 moved = conn.execute(

@@ -37,7 +37,9 @@ def claim(c: dict[str, Any]) -> str:
         state = f"active, lease {left}s left"
     else:
         state = c["state"] + (f" by #{c['ended_by']}" if c.get("ended_by") else "")
-    return f"claim #{c['id']} {c['owner']} [{', '.join(c['scope'])}] {state}: {_one_line(c['body'])}"
+    return (
+        f"claim #{c['id']} {c['owner']} [{', '.join(c['scope'])}] {state}: {_one_line(c['body'])}"
+    )
 
 
 def message(m: dict[str, Any]) -> str:
@@ -54,7 +56,11 @@ def delivery(block: dict[str, Any] | None) -> str:
         lines += [message(m) for m in block["messages"]]
     shown, more = block.get("entries") or [], block.get("more", 0)
     if shown:
-        note = f" ({len(shown)} newest of {len(shown) + more}; the rest: {block['grep']})" if more else ""
+        note = (
+            f" ({len(shown)} newest of {len(shown) + more}; the rest: {block['grep']})"
+            if more
+            else ""
+        )
         lines.append(f"--- new from peers{note} ---")
         lines += [entry(e) for e in shown]
     return "\n".join(lines)

@@ -117,10 +117,19 @@ def _recorded(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _record(kind: str, body: str, scope: tuple[str, ...] = (), refs: tuple[int, ...] = (),
-            lease: float | None = None) -> None:
-    payload: dict[str, Any] = {"type": kind, "body": _text(body), "scope": list(scope),
-                               "refs": list(refs)}
+def _record(
+    kind: str,
+    body: str,
+    scope: tuple[str, ...] = (),
+    refs: tuple[int, ...] = (),
+    lease: float | None = None,
+) -> None:
+    payload: dict[str, Any] = {
+        "type": kind,
+        "body": _text(body),
+        "scope": list(scope),
+        "refs": list(refs),
+    }
     if lease is not None:
         payload["lease_seconds"] = lease
     run("POST", "/v1/entries", _recorded, json=payload)
@@ -146,7 +155,9 @@ def observed(body: str, scope: tuple[str, ...], ref: tuple[int, ...]) -> None:
 @scope_option
 @ref_option
 @click.option("--supersedes", type=int, multiple=True, help="Id of an older FACT this replaces.")
-def fact(body: str, scope: tuple[str, ...], ref: tuple[int, ...], supersedes: tuple[int, ...]) -> None:
+def fact(
+    body: str, scope: tuple[str, ...], ref: tuple[int, ...], supersedes: tuple[int, ...]
+) -> None:
     """Record a FACT: something verified that others can rely on."""
     _record("FACT", body, scope, ref + supersedes)
 
@@ -200,8 +211,12 @@ def record(entry_type: str, body: str, scope: tuple[str, ...], ref: tuple[int, .
 @click.option("--lease", type=float, help="New lease in seconds, counted from now.")
 def renew(claim_id: int, lease: float | None) -> None:
     """Extend the lease of your claim CLAIM_ID."""
-    run("POST", f"/v1/claims/{claim_id}/renew", lambda r: "renewed " + fmt.claim(r["claim"]),
-        json={"lease_seconds": lease})
+    run(
+        "POST",
+        f"/v1/claims/{claim_id}/renew",
+        lambda r: "renewed " + fmt.claim(r["claim"]),
+        json={"lease_seconds": lease},
+    )
 
 
 @sw.command()
@@ -217,9 +232,12 @@ def release(claim_id: int) -> None:
 @click.option("--owner", help="Only this worker's claims.")
 def claims(all_: bool, mine: bool, owner: str | None) -> None:
     """List active claims: who works on what, and for how long."""
-    run("GET", "/v1/claims",
+    run(
+        "GET",
+        "/v1/claims",
         lambda r: "\n".join(fmt.claim(c) for c in r["claims"]) or "(no active claims)",
-        params={"all": all_ or None, "mine": mine or None, "owner": owner})
+        params={"all": all_ or None, "mine": mine or None, "owner": owner},
+    )
 
 
 @sw.command()
@@ -232,13 +250,29 @@ def claims(all_: bool, mine: bool, owner: str | None) -> None:
 @click.option("--before", type=int, help="Only ids smaller than this.")
 @click.option("-n", "--limit", type=int, default=20, show_default=True)
 @click.option("--full", is_flag=True, help="Print whole bodies, not one line each.")
-def grep(pattern: str, ignore_case: bool, types: tuple[str, ...], author: str | None,
-         since: str | None, after: int | None, before: int | None, limit: int, full: bool) -> None:
+def grep(
+    pattern: str,
+    ignore_case: bool,
+    types: tuple[str, ...],
+    author: str | None,
+    since: str | None,
+    after: int | None,
+    before: int | None,
+    limit: int,
+    full: bool,
+) -> None:
     """Search the whole shared history (bodies and scopes) with an RE2 regular expression,
     newest first. Use '.' to match everything."""
-    params = {"pattern": pattern, "ignore_case": ignore_case or None, "type": list(types),
-              "author": author, "since": _duration(since), "after": after, "before": before,
-              "limit": limit}
+    params = {
+        "pattern": pattern,
+        "ignore_case": ignore_case or None,
+        "type": list(types),
+        "author": author,
+        "since": _duration(since),
+        "after": after,
+        "before": before,
+        "limit": limit,
+    }
     run("GET", "/v1/grep", lambda r: _entries_text(r, full), params=params)
 
 
@@ -246,6 +280,7 @@ def grep(pattern: str, ignore_case: bool, types: tuple[str, ...], author: str | 
 @click.argument("entry_id", type=int)
 def show(entry_id: int) -> None:
     """Show one entry in full, its claim state, and the entries that refer to it."""
+
     def render(r: dict[str, Any]) -> str:
         lines = [fmt.entry(r["entry"], full=True)]
         if r.get("claim"):
@@ -263,8 +298,12 @@ def show(entry_id: int) -> None:
 @click.option("--full", is_flag=True, help="Print whole bodies.")
 def tail(limit: int, types: tuple[str, ...], author: str | None, full: bool) -> None:
     """The newest entries, newest first."""
-    run("GET", "/v1/entries", lambda r: _entries_text(r, full),
-        params={"limit": limit, "type": list(types), "author": author})
+    run(
+        "GET",
+        "/v1/entries",
+        lambda r: _entries_text(r, full),
+        params={"limit": limit, "type": list(types), "author": author},
+    )
 
 
 @sw.command()
@@ -278,8 +317,12 @@ def feed(limit: int) -> None:
 @click.argument("body")
 def say(body: str) -> None:
     """Post to the shared tasks channel (low priority: peers read it at their next iteration)."""
-    run("POST", "/v1/channel", lambda r: "posted " + fmt.message(r["message"]),
-        json={"body": _text(body)})
+    run(
+        "POST",
+        "/v1/channel",
+        lambda r: "posted " + fmt.message(r["message"]),
+        json={"body": _text(body)},
+    )
 
 
 @sw.command()
@@ -287,13 +330,18 @@ def say(body: str) -> None:
 @click.argument("body")
 def dm(worker: str, body: str) -> None:
     """Send a direct message to WORKER (e.g. w3): high priority, shown at their next call."""
-    run("POST", "/v1/dm", lambda r: "sent " + fmt.message(r["message"]),
-        json={"to": worker, "body": _text(body)})
+    run(
+        "POST",
+        "/v1/dm",
+        lambda r: "sent " + fmt.message(r["message"]),
+        json={"to": worker, "body": _text(body)},
+    )
 
 
 @sw.command()
 def inbox() -> None:
     """Channel posts you have not read yet (oldest first), plus your direct messages."""
+
     def render(r: dict[str, Any]) -> str:
         lines = [fmt.message(m) for m in r["channel"]] or ["(no new channel posts)"]
         if r.get("more"):

@@ -32,24 +32,39 @@ def _progress(run: Run, summary: dict[str, Any]) -> Table:
     elif checkpoint.get("reason"):
         score = f"not scored: {checkpoint['reason'][:80]}"
     else:
-        score = (f"{checkpoint['passed']}/{checkpoint['total']} "
-                 f"({100 * checkpoint['passed'] / max(1, checkpoint['total']):.0f}%)")
+        score = (
+            f"{checkpoint['passed']}/{checkpoint['total']} "
+            f"({100 * checkpoint['passed'] / max(1, checkpoint['total']):.0f}%)"
+        )
     entries = summary["entries"]
     rows = [
-        ("run", f"{run.plan.run_dir}   {run.plan.workers} workers · {run.plan.harness}"
-                f"{' · ' + run.plan.model if run.plan.model else ''}"),
-        ("time left", f"{left // 3600}h{left % 3600 // 60:02d}m{left % 60:02d}s   "
-                      f"sessions running {summary['sessions']['running']} of {summary['workers']}"),
+        (
+            "run",
+            f"{run.plan.run_dir}   {run.plan.workers} workers · {run.plan.harness}"
+            f"{' · ' + run.plan.model if run.plan.model else ''}",
+        ),
+        (
+            "time left",
+            f"{left // 3600}h{left % 3600 // 60:02d}m{left % 60:02d}s   "
+            f"sessions running {summary['sessions']['running']} of {summary['workers']}",
+        ),
         ("pass rate", score),
-        ("claims", f"active {claims['active']} · completed {claims['completed']} · "
-                   f"failed {claims['failed']} · released {claims['released']} · "
-                   f"lapsed {claims['lapsed']}"),
+        (
+            "claims",
+            f"active {claims['active']} · completed {claims['completed']} · "
+            f"failed {claims['failed']} · released {claims['released']} · "
+            f"lapsed {claims['lapsed']}",
+        ),
         ("pull requests", " · ".join(f"{k} {v}" for k, v in prs.items()) or "—"),
         ("context", " · ".join(f"{k} {v}" for k, v in sorted(entries.items())) or "—"),
-        ("messages", f"channel {summary['messages']['channel']} · "
-                     f"direct {summary['messages']['direct']}"),
-        ("tokens · cost", f"{summary['tokens_in']:,} in · {summary['tokens_out']:,} out · "
-                          f"${summary['cost']:.2f}"),
+        (
+            "messages",
+            f"channel {summary['messages']['channel']} · direct {summary['messages']['direct']}",
+        ),
+        (
+            "tokens · cost",
+            f"{summary['tokens_in']:,} in · {summary['tokens_out']:,} out · ${summary['cost']:.2f}",
+        ),
     ]
     for label, value in rows:
         table.add_row(f"[bold]{label}[/]", value)
@@ -66,12 +81,13 @@ def execute(plan: RunPlan, *, quiet: bool = False) -> RunOutcome:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        console.print(f"[bold]swarm run[/] {plan.task.name}: starting the hub, "
-                      f"{plan.workers} workers and the evaluator …")
+        console.print(
+            f"[bold]swarm run[/] {plan.task.name}: starting the hub, "
+            f"{plan.workers} workers and the evaluator …"
+        )
         try:
             run.start()
-            reason = _watch(run, interrupted, live=console.is_terminal and not quiet,
-                            quiet=quiet)
+            reason = _watch(run, interrupted, live=console.is_terminal and not quiet, quiet=quiet)
         except BaseException as exc:
             if run.hub is not None:
                 run.stop(f"error: {exc}")
@@ -111,8 +127,11 @@ def _watch(run: Run, interrupted: list[str], *, live: bool, quiet: bool) -> str:
 def print_outcome(outcome: RunOutcome) -> None:
     s = outcome.summary
     final = outcome.final
-    score = f"{final.passed}/{final.total}" if final and not final.reason else (
-        f"not scored ({final.reason})" if final else "not scored")
+    score = (
+        f"{final.passed}/{final.total}"
+        if final and not final.reason
+        else (f"not scored ({final.reason})" if final else "not scored")
+    )
     prs = s.get("prs") or {}
     lines = [
         f"[bold]run finished[/] ({outcome.stopped_because}) in "
@@ -122,8 +141,7 @@ def print_outcome(outcome: RunOutcome) -> None:
         f"{s.get('claims', {}).get('completed', '?')} · sessions: "
         f"{s.get('sessions', {}).get('total', '?')} · cost: ${s.get('cost', 0.0):.2f}",
         f"  run directory: {outcome.run_dir}",
-        f"    hub.db (context, claims, messages, PRs) · workspace.git (the code) · "
-        f"eval/ · *.log",
+        f"    hub.db (context, claims, messages, PRs) · workspace.git (the code) · eval/ · *.log",
         f"  inspect: swarm hub --run-dir {outcome.run_dir}   (dashboard at /dashboard)",
         f"           swarm report {outcome.run_dir}",
         f"           git -C {outcome.run_dir}/workspace.git log --oneline main",
@@ -134,20 +152,29 @@ def print_outcome(outcome: RunOutcome) -> None:
 
 RUN_OPTIONS = [
     click.option("--workers", "-n", type=click.IntRange(1, 4096), default=4, show_default=True),
-    click.option("--harness", type=click.Choice(sorted(HARNESSES)), default="sim",
-                 show_default=True),
+    click.option(
+        "--harness", type=click.Choice(sorted(HARNESSES)), default="sim", show_default=True
+    ),
     click.option("--model", help="A litellm model string (mini), e.g. openai/gpt-4.1-mini."),
-    click.option("--model-mix", help="Models by share, e.g. 'openai/gpt-4.1:0.25,"
-                 "openai/gpt-4.1-mini:0.75' (assigned by worker id)."),
+    click.option(
+        "--model-mix",
+        help="Models by share, e.g. 'openai/gpt-4.1:0.25,"
+        "openai/gpt-4.1-mini:0.75' (assigned by worker id).",
+    ),
     click.option("--api-base", help="OpenAI-compatible server for --model (vLLM, Ollama, …)."),
     click.option("--budget", help="Wall-clock budget, e.g. 30m, 6h (default: the task's)."),
     click.option("--max-cost", type=float, help="Run-wide dollars; no new sessions past it."),
-    click.option("--eval-every", default="10m", show_default=True,
-                 help="How often the evaluator scores main."),
+    click.option(
+        "--eval-every",
+        default="10m",
+        show_default=True,
+        help="How often the evaluator scores main.",
+    ),
     click.option("--run-dir", type=click.Path(path_type=Path), help="Default: runs/<task>-<time>."),
     click.option("--processes", type=int, help="Worker processes (default: 1 per 256 workers)."),
-    click.option("--think", type=float, default=1.0, show_default=True,
-                 help="sim: seconds each unit takes."),
+    click.option(
+        "--think", type=float, default=1.0, show_default=True, help="sim: seconds each unit takes."
+    ),
     click.option("--required-approvals", type=int, default=0, show_default=True),
     click.option("--merge-check", help="Shell command that must pass on the merged tree."),
     click.option("--database-url", help="PostgreSQL URL for the hub (default SQLite)."),
@@ -173,12 +200,18 @@ def build_plan(task_dir: Path, **o: Any) -> RunPlan:
     return RunPlan(
         task=task,
         run_dir=(o["run_dir"] or default_run_dir(task)).resolve(),
-        workers=o["workers"], harness=o["harness"], model=o["model"],
-        model_mix=o["model_mix"], api_base=o["api_base"],
+        workers=o["workers"],
+        harness=o["harness"],
+        model=o["model"],
+        model_mix=o["model_mix"],
+        api_base=o["api_base"],
         budget_seconds=parse_budget(o["budget"]) if o["budget"] else task.budget_seconds,
-        max_cost=o["max_cost"], eval_every=parse_budget(o["eval_every"]),
-        processes=o["processes"], think=o["think"],
-        required_approvals=o["required_approvals"], merge_check=o["merge_check"],
+        max_cost=o["max_cost"],
+        eval_every=parse_budget(o["eval_every"]),
+        processes=o["processes"],
+        think=o["think"],
+        required_approvals=o["required_approvals"],
+        merge_check=o["merge_check"],
         database_url=o["database_url"],
     )
 
@@ -204,7 +237,14 @@ def demo_command(workers: int, think: float, run_dir: Path | None, quiet: bool) 
 
     root = (run_dir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")).resolve()
     task = make_demo_task(root / "task")
-    plan = RunPlan(task=task, run_dir=root, workers=workers, harness="sim", think=think,
-                   budget_seconds=600, eval_every=3.0)
+    plan = RunPlan(
+        task=task,
+        run_dir=root,
+        workers=workers,
+        harness="sim",
+        think=think,
+        budget_seconds=600,
+        eval_every=3.0,
+    )
     outcome = execute(plan, quiet=quiet)
     print_outcome(outcome)

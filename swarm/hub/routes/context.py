@@ -12,7 +12,7 @@ from swarm.context import EntryType, parse_type
 from swarm.context.model import Claim
 from swarm.hub import serialize
 from swarm.hub.delivery import answer
-from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep
+from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, short_call
 from swarm.registry import Worker
 
 router = APIRouter(prefix="/v1", tags=["context"])
@@ -46,6 +46,7 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list
 
 
 @router.post("/entries", summary="Record an entry (a CLAIM also opens a claim)")
+@short_call
 def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     now = runtime.clock()
     # The entry and the caller's delivery block share one transaction: one commit per call.
@@ -150,6 +151,7 @@ def feed(
 
 
 @router.get("/claims", summary="Active claims (or, with all=true, recent claims of any state)")
+@short_call
 def list_claims(
     reader: Reader,
     runtime: RuntimeDep,
@@ -169,6 +171,7 @@ def list_claims(
 
 
 @router.post("/claims/{claim_id}/renew", summary="Extend your claim's lease from now")
+@short_call
 def renew(
     claim_id: int, body: RenewIn, worker: CurrentWorker, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -177,6 +180,7 @@ def renew(
 
 
 @router.post("/claims/{claim_id}/release", summary="End your claim without a result")
+@short_call
 def release(claim_id: int, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     claim = runtime.context.release(worker.id, claim_id)
     return answer(runtime, worker, {"claim": serialize.claim(claim, runtime.clock())})

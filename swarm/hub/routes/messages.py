@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from swarm.hub import serialize
 from swarm.hub.delivery import answer
-from swarm.hub.deps import CurrentWorker, Operator, Reader, RuntimeDep
+from swarm.hub.deps import CurrentWorker, Operator, Reader, RuntimeDep, short_call
 from swarm.messages.ports import TASKS_CHANNEL
 
 router = APIRouter(prefix="/v1", tags=["messages"])
@@ -24,7 +24,10 @@ class DirectIn(BaseModel):
     body: str
 
 
-@router.post("/channel", summary="Post to the tasks channel (low priority: read at iteration start)")
+@router.post(
+    "/channel", summary="Post to the tasks channel (low priority: read at iteration start)"
+)
+@short_call
 def say(body: SayIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     posted = runtime.messages.post(worker, body.body, TASKS_CHANNEL)
     return answer(runtime, worker, {"message": serialize.message(posted)})
@@ -41,6 +44,7 @@ def operator_say(body: SayIn, runtime: RuntimeDep) -> dict[str, Any]:
 
 
 @router.post("/dm", summary="Send a direct message (high priority: shown at the peer's next call)")
+@short_call
 def direct(body: DirectIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     recipient = runtime.registry.by_name(body.to.strip())
     sent = runtime.messages.direct(worker, recipient, body.body)
@@ -48,6 +52,7 @@ def direct(body: DirectIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[s
 
 
 @router.get("/inbox", summary="The channel digest: posts you have not seen yet, oldest first")
+@short_call
 def inbox(
     worker: CurrentWorker, runtime: RuntimeDep, limit: int = Query(50, ge=1, le=500)
 ) -> dict[str, Any]:
@@ -70,5 +75,3 @@ def history(
         channel = TASKS_CHANNEL
     rows = runtime.messages.history(channel=channel, worker=who, after_id=after, limit=limit)
     return {"result": {"messages": [serialize.message(m) for m in rows]}, "delivery": None}
-
-

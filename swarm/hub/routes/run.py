@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from swarm.hub.deps import CurrentWorker, Operator, Reader, RuntimeDep
+from swarm.hub.deps import CurrentWorker, Operator, Reader, RuntimeDep, short_call
 
 router = APIRouter(prefix="/v1", tags=["run"])
 
@@ -37,6 +37,7 @@ class CheckpointIn(BaseModel):
 
 
 @router.post("/sessions", summary="A worker starts a harness session")
+@short_call
 def start_session(
     body: SessionStartIn, worker: CurrentWorker, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def start_session(
 
 
 @router.post("/sessions/{session_id}/end", summary="A worker ends a session with its totals")
+@short_call
 def end_session(
     session_id: int, body: SessionEndIn, worker: CurrentWorker, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -97,8 +99,9 @@ class FlagIn(BaseModel):
     value: str = Field(max_length=200)
 
 
-@router.post("/operator/flags", summary="Set a run flag (stop, no_new_sessions)",
-             dependencies=[Operator])
+@router.post(
+    "/operator/flags", summary="Set a run flag (stop, no_new_sessions)", dependencies=[Operator]
+)
 def set_flag(body: FlagIn, runtime: RuntimeDep) -> dict[str, Any]:
     runtime.run.set_flag(body.key, body.value)
     return {"result": runtime.run.flags(), "delivery": None}

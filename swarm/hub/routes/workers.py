@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from swarm.hub.delivery import answer
-from swarm.hub.deps import CurrentWorker, Joiner, Reader, RuntimeDep
+from swarm.hub.deps import CurrentWorker, Joiner, Reader, RuntimeDep, short_call
 
 router = APIRouter(prefix="/v1", tags=["workers"])
 
@@ -22,7 +22,9 @@ class StatusIn(BaseModel):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
-@router.post("/workers", summary="Register a worker; answers its name and token", dependencies=[Joiner])
+@router.post(
+    "/workers", summary="Register a worker; answers its name and token", dependencies=[Joiner]
+)
 def register(body: RegisterIn, runtime: RuntimeDep) -> dict[str, Any]:
     worker, token = runtime.registry.register(model=body.model)
     return {"result": {"id": worker.id, "name": worker.name, "token": token}, "delivery": None}
@@ -47,6 +49,7 @@ def roster(reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
 
 
 @router.post("/status", summary="Report this worker's state (also a heartbeat)")
+@short_call
 def status(body: StatusIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     runtime.registry.report(worker, body.state, body.status)
     flags = runtime.run.flags()
@@ -60,6 +63,7 @@ def status(body: StatusIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[s
 
 
 @router.get("/whoami", summary="The calling worker, plus its delivery block")
+@short_call
 def whoami(worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     return answer(runtime, worker, {"id": worker.id, "name": worker.name})
 
