@@ -46,11 +46,16 @@ ENGINES = ("sqlite", "postgres")
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="A reduced run that ends within a minute.")
     p.add_argument("--json", action="store_true", help="One JSON object per figure and line.")
     p.add_argument(
-        "--engine", choices=(*ENGINES, "both"), default="both", help="Database engine(s) to measure."
+        "--engine",
+        choices=(*ENGINES, "both"),
+        default="both",
+        help="Database engine(s) to measure.",
     )
     return p
 
@@ -82,11 +87,15 @@ class Figures:
         if self.as_json:
             return
         extras = sorted({k for r in self.rows for k in r} - {"figure", "value", "unit", "note"})
-        head = f"{'figure':44} " + "".join(f"{k:10} " for k in extras) + f"{'value':>11}  {'unit':9} note"
+        head = (
+            f"{'figure':44} "
+            + "".join(f"{k:10} " for k in extras)
+            + f"{'value':>11}  {'unit':9} note"
+        )
         print(head)
         print("-" * len(head))
         for r in self.rows:
-            cells = "".join(f"{str(r.get(k, '')):10} " for k in extras)
+            cells = "".join(f"{r.get(k, '')!s:10} " for k in extras)
             print(f"{r['figure']:44} {cells}{r['value']:11.2f}  {r['unit']:9} {r.get('note', '')}")
 
 
@@ -122,6 +131,10 @@ def postgres_schema(admin_url: str = POSTGRES_URL) -> Iterator[str]:
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
+        # pg_trgm in `public`: else create_schema() would install it in this schema (first on
+        # the search_path) and dropping the schema would drop it, with every other schema's
+        # trigram indexes (DROP ... CASCADE).
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public"))
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     sep = "&" if "?" in admin_url else "?"
     try:
@@ -169,7 +182,9 @@ def register(hub_url: str, operator_token: str, n: int) -> list[tuple[str, str]]
     async def run() -> list[tuple[str, str]]:
         limits = httpx.Limits(max_connections=16)
         headers = {"Authorization": f"Bearer {operator_token}"}
-        async with httpx.AsyncClient(base_url=hub_url, headers=headers, limits=limits, timeout=60) as c:
+        async with httpx.AsyncClient(
+            base_url=hub_url, headers=headers, limits=limits, timeout=60
+        ) as c:
             sem = asyncio.Semaphore(16)
 
             async def one() -> tuple[str, str]:
@@ -306,8 +321,15 @@ def load_httpx(
     hub_cpu = (pids_cpu(hub_pid) - cpu0[0]) * scale
     client_cpu = (time.process_time() - cpu0[1]) * scale
     return LoadResult(
-        "httpx", requests, errors, seconds, lat, percentile(lat, 50), percentile(lat, 99),
-        hub_cpu, client_cpu,
+        "httpx",
+        requests,
+        errors,
+        seconds,
+        lat,
+        percentile(lat, 50),
+        percentile(lat, 99),
+        hub_cpu,
+        client_cpu,
     )
 
 
@@ -335,7 +357,8 @@ end
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    'SWARM_JSON {"requests": %d, "seconds": %f, "p50_us": %d, "p99_us": %d, "errors": %d, "status": %d}\n',
+    'SWARM_JSON {"requests": %d, "seconds": %f, "p50_us": %d, "p99_us": %d, '
+    .. '"errors": %d, "status": %d}\n',
     summary.requests, summary.duration / 1e6, latency:percentile(50), latency:percentile(99),
     e.connect + e.read + e.write + e.timeout, e.status))
 end
@@ -376,8 +399,15 @@ def load_wrk(
     def run(seconds: float) -> tuple[dict[str, Any], float, float]:
         assert hub.process is not None
         cmd = [
-            "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-            "--timeout", "30s", "-s", str(script), hub.url + path,
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "30s",
+            "-s",
+            str(script),
+            hub.url + path,
         ]
         cpu_hub = pids_cpu(hub.process.pid)
         started = time.perf_counter()
@@ -392,16 +422,39 @@ def load_wrk(
         for line in out.stdout.splitlines():
             if line.startswith("SWARM_JSON "):
                 scale = seconds / wall if wall else 1.0
-                return json.loads(line[len("SWARM_JSON "):]), hub_cpu * scale, client_cpu * scale
+                return json.loads(line[len("SWARM_JSON ") :]), hub_cpu * scale, client_cpu * scale
         raise RuntimeError(f"wrk gave no summary:\n{out.stdout}\n{out.stderr}")
 
     if warmup > 0:
         run(warmup)
+        drain(hub)
     got, hub_cpu, client_cpu = run(duration)
+    drain(hub)
     return LoadResult(
-        "wrk", got["requests"], got["errors"] + got["status"], got["seconds"], [],
-        got["p50_us"] / 1000, got["p99_us"] / 1000, hub_cpu, client_cpu,
+        "wrk",
+        got["requests"],
+        got["errors"] + got["status"],
+        got["seconds"],
+        [],
+        got["p50_us"] / 1000,
+        got["p99_us"] / 1000,
+        hub_cpu,
+        client_cpu,
     )
+
+
+def drain(hub: HubProcess, limit: float = 30.0) -> None:
+    """Wait until the hub has worked off the requests a stopped load generator left queued
+    (wrk closes its sockets at the end, the hub still runs what it accepted): until /health
+    answers within 50 ms, or `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(hub.url + "/health", timeout=limit)
+        if time.perf_counter() - t0 < 0.05:
+            return
+        time.sleep(0.2)
 
 
 def rng(seed: int = 1234) -> random.Random:

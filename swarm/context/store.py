@@ -36,6 +36,9 @@ from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
 MAX_REFS = 32
 MAX_GREP_LIMIT = 500
 SCAN_BATCH = 2000
+PROBE_WINDOW = 1024  # PostgreSQL: newest ids checked by key before the trigram index
+PROBE_MAX = 65536  # ... and how far that walk may go when the literal is seen in the window
+FIRST_BATCH = 64  # the first batch is small: a grep usually wants only `limit` rows
 ENDING_TYPES = (EntryType.PATCH_SUMMARY, EntryType.FAIL)
 
 _ENTRY_COLUMNS = (
@@ -153,9 +156,12 @@ class ContextStore:
             elif kind in ENDING_TYPES and ref_ids:
                 reason = "completed" if kind is EntryType.PATCH_SUMMARY else "failed"
                 ended = self._end_claims(conn, author_id, ref_ids, reason, entry_id, now)
-            author = author_name or conn.execute(
-                select(workers.c.name).where(workers.c.id == author_id)
-            ).scalar_one()
+            author = (
+                author_name
+                or conn.execute(
+                    select(workers.c.name).where(workers.c.id == author_id)
+                ).scalar_one()
+            )
         entry = Entry(entry_id, now, author, kind, body, items, ref_ids)
         return AppendResult(entry, overlaps, ended)
 
@@ -224,9 +230,7 @@ class ContextStore:
                 .where(claims.c.id.in_([r.id for r in rows]), claims.c.ended_at.is_(None))
                 .values(ended_at=now, end_reason=reason, ended_by=by)
             )
-        return tuple(
-            _claim(r, ended_at=now, end_reason=reason, ended_by=by) for r in rows
-        )
+        return tuple(_claim(r, ended_at=now, end_reason=reason, ended_by=by) for r in rows)
 
     # ------------------------------------------------------------------ claims
 
@@ -413,14 +417,19 @@ class ContextStore:
                 entries.c.id > cursor, entries.c.id <= head, entries.c.author_id != worker_id
             )
             with self.db.read() as conn:
-                rows = conn.execute(
-                    _entry_select().where(window).order_by(entries.c.id.desc()).limit(cap)
-                ).all() if cap > 0 else []
+                rows = (
+                    conn.execute(
+                        _entry_select().where(window).order_by(entries.c.id.desc()).limit(cap)
+                    ).all()
+                    if cap > 0
+                    else []
+                )
                 total = len(rows)
                 if cap == 0 or total == cap:
                     total = int(
-                        conn.execute(select(func.count()).select_from(entries).where(window))
-                        .scalar_one()
+                        conn.execute(
+                            select(func.count()).select_from(entries).where(window)
+                        ).scalar_one()
                     )
             with self.db.write() as conn:
                 if not self._advance(conn, worker_id, cursor, head):
@@ -468,11 +477,15 @@ class ContextStore:
         after_id: int | None = None,
         before_id: int | None = None,
         limit: int = 20,
+        use_index: bool = True,
     ) -> GrepResult:
-        """Entries whose body or scope matches `pattern` (RE2), newest first."""
+        """Entries whose body or scope matches `pattern` (RE2), newest first. `use_index=False`
+        skips the trigram prefilter (a plain newest-first scan: the benchmarks' baseline)."""
         if not 1 <= limit <= MAX_GREP_LIMIT:
             raise InvalidInput(f"limit must be 1 to {MAX_GREP_LIMIT}; got {limit}")
         compiled = compile_pattern(pattern, ignore_case=ignore_case)
+        if not use_index:
+            compiled = Pattern(compiled.source, compiled.regex, ())
         filters: list[Any] = []
         if types:
             filters.append(entries.c.type.in_([t.value for t in types]))
@@ -486,47 +499,123 @@ class ContextStore:
             filters.append(entries.c.id > after_id)
         found: list[Entry] = []
         scanned = 0
-        for batch in self._candidates(compiled, filters, before_id):
+        for batch in self._candidates(compiled, filters, before_id, limit):
             for row in batch:
                 scanned += 1
                 if compiled.search(f"{row.body}\n{row.scope}" if row.scope else row.body):
                     found.append(_entry(row))
                     if len(found) > limit:
-                        return GrepResult(tuple(found[:limit]), True, bool(compiled.literals), scanned)
+                        return GrepResult(
+                            tuple(found[:limit]), True, bool(compiled.literals), scanned
+                        )
         return GrepResult(tuple(found), False, bool(compiled.literals), scanned)
 
     def _candidates(
-        self, pattern: Pattern, filters: list[Any], before_id: int | None
+        self, pattern: Pattern, filters: list[Any], before_id: int | None, limit: int = 20
     ) -> Iterator[list[Row[Any]]]:
-        """Batches of rows, newest first, that may match; the index narrows them when it can."""
+        """Batches of rows, newest first, that may match; the index narrows them when it can.
+        Batches grow (64, 256, ... 2000 rows) so a grep that finds its `limit` among the newest
+        candidates reads few rows."""
         upper = before_id
+        size = min(SCAN_BATCH, max(FIRST_BATCH, 2 * (limit + 1)))
         with self.db.read() as conn:
             if pattern.literals and not self.db.is_sqlite:
-                # Let the trigram GIN index find the rows, not a backward walk of the primary key.
+                # First the newest PROBE_WINDOW ids by a backward walk of the primary key: a
+                # common literal is found there at once, where the GIN bitmap would first
+                # collect and recheck every row holding it (0.7 s for 100k of 1M rows).
+                top = upper
+                if top is None:
+                    top = (
+                        int(
+                            conn.execute(
+                                select(func.coalesce(func.max(entries.c.id), 0))
+                            ).scalar_one()
+                        )
+                        + 1
+                    )
+                conn.execute(text("SET LOCAL enable_bitmapscan = off"))
+                literal_filters = self._literal_filters(pattern.literals, top)
+
+                def probe(high: int, low: int) -> list[Row[Any]]:
+                    query = (
+                        _entry_select()
+                        .where(*filters, entries.c.id < high, entries.c.id > low)
+                        .where(*literal_filters)
+                        .order_by(entries.c.id.desc())
+                    )
+                    return list(conn.execute(query).all())
+
+                floor = top - PROBE_WINDOW
+                rows = probe(top, floor)
+                if rows:
+                    yield rows
+                    # A literal seen in the window but not often enough: if its density says
+                    # the limit is within PROBE_MAX ids, keep walking the key (its trigrams may
+                    # be common ones, whose GIN scan and recheck cost ~1 s over 1M rows).
+                    need = int(PROBE_WINDOW * (limit + 1) * 1.5 / len(rows))
+                    if floor > 0 and len(rows) <= limit and need <= PROBE_MAX:
+                        more = probe(floor + 1, top - need)
+                        floor = top - need
+                        if more:
+                            yield more
+                if floor <= 0:
+                    return
+                upper = floor + 1
+                # Then the rest by the trigram GIN index, not a backward walk of the key.
+                conn.execute(text("SET LOCAL enable_bitmapscan = on"))
                 conn.execute(text("SET LOCAL enable_indexscan = off"))
             while True:
-                query = _entry_select().where(*filters)
-                if upper is not None:
-                    query = query.where(entries.c.id < upper)
-                if pattern.literals:
-                    query = query.where(*self._literal_filters(pattern.literals, upper))
-                rows = conn.execute(query.order_by(entries.c.id.desc()).limit(SCAN_BATCH)).all()
-                if not rows:
-                    return
-                yield list(rows)
-                if len(rows) < SCAN_BATCH:
-                    return
-                upper = rows[-1].id
+                if pattern.literals and self.db.is_sqlite:
+                    # Ask FTS5 itself for the newest `size` candidate ids (it walks its doclists
+                    # backwards and stops): an `id IN (MATCH ...)` subquery would first collect
+                    # every id holding a common literal.
+                    ids = self._fts_ids(conn, pattern.literals, upper, size)
+                    if not ids:
+                        return
+                    query = _entry_select().where(entries.c.id.in_(ids), *filters)
+                    rows = conn.execute(query.order_by(entries.c.id.desc())).all()
+                    if rows:
+                        yield list(rows)
+                    if len(ids) < size:
+                        return
+                    upper = ids[-1]
+                else:
+                    query = _entry_select().where(*filters)
+                    if upper is not None:
+                        query = query.where(entries.c.id < upper)
+                    if pattern.literals:
+                        query = query.where(*self._literal_filters(pattern.literals, upper))
+                    rows = conn.execute(query.order_by(entries.c.id.desc()).limit(size)).all()
+                    if not rows:
+                        return
+                    yield list(rows)
+                    if len(rows) < size:
+                        return
+                    upper = rows[-1].id
+                size = min(SCAN_BATCH, size * 4)
+
+    @staticmethod
+    def _fts_phrase(literals: Sequence[str]) -> str:
+        return " AND ".join('"' + lit.replace('"', '""') + '"' for lit in literals)
+
+    def _fts_ids(
+        self, conn: Connection, literals: Sequence[str], upper: int | None, size: int
+    ) -> list[int]:
+        """The newest `size` ids (below `upper`) whose body or scope holds every literal."""
+        match = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH :phrase"
+        if upper is not None:
+            match += " AND rowid < :upper"
+        match += " ORDER BY rowid DESC LIMIT :size"
+        params = {"phrase": self._fts_phrase(literals), "size": size, **_maybe(upper=upper)}
+        return [int(r) for r in conn.execute(text(match), params).scalars()]
 
     def _literal_filters(self, literals: Sequence[str], upper: int | None) -> list[Any]:
         if self.db.is_sqlite:
-            phrase = " AND ".join('"' + lit.replace('"', '""') + '"' for lit in literals)
             match = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH :phrase"
             if upper is not None:
                 match += " AND rowid < :upper"
-            return [
-                entries.c.id.in_(text(match).bindparams(phrase=phrase, **_maybe(upper=upper)))
-            ]
+            phrase = self._fts_phrase(literals)
+            return [entries.c.id.in_(text(match).bindparams(phrase=phrase, **_maybe(upper=upper)))]
         out = []
         for lit in literals:
             like = "%" + lit.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
