@@ -2,7 +2,7 @@
 
 Read and acknowledged in one transaction, with pre-built SQL, because every worker call pays for
 it. Exactly-once holds on both engines: on SQLite writes are serialized; on PostgreSQL the
-worker's row is locked (FOR UPDATE), so two concurrent calls of one worker queue up, and ids
+worker's row is locked (FOR NO KEY UPDATE), so two concurrent calls of one worker queue up, and ids
 are commit-ordered (see swarm.db), so every id up to a visible head is already committed.
 """
 
@@ -24,7 +24,9 @@ SELECT entry_cursor, dm_cursor,
 FROM workers WHERE id = :w
 """
 STATE = text(_STATE)
-STATE_LOCKED = text(_STATE + " FOR UPDATE")
+# NO KEY UPDATE: serializes one worker's calls without blocking foreign-key checks on its row
+# (a DM to this worker, an entry it authors in another transaction).
+STATE_LOCKED = text(_STATE + " FOR NO KEY UPDATE")
 ENTRIES = text(
     "SELECT e.id, e.created_at, w.name AS author, e.type, e.body, e.scope, e.refs "
     "FROM entries e JOIN workers w ON w.id = e.author_id "

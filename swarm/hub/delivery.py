@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from swarm.bootstrap import Runtime
+from swarm.delivery import Delivery
 from swarm.hub import serialize
 from swarm.registry import Worker
 
@@ -17,7 +18,11 @@ def answer(
     """Wrap a result with what is new for `worker`; computed after the call's own effect (in
     the call's own transaction when it has one)."""
     got = runtime.deliverer.collect(worker.id, conn)
+    return {"result": result, "delivery": delivery_block(runtime, worker, got)}
+
+
+def delivery_block(runtime: Runtime, worker: Worker, got: Delivery) -> dict[str, Any]:
     dms = list(got.messages)
     if not runtime.deliverer.with_messages:  # DMs live on another server (e.g. Mattermost)
         dms = runtime.messages.take_direct(worker)
-    return {"result": result, "delivery": serialize.delivery(got.entries, dms)}
+    return serialize.delivery(got.entries, dms)

@@ -11,7 +11,7 @@ from swarm.bootstrap import Runtime
 from swarm.context import EntryType, parse_type
 from swarm.context.model import Claim
 from swarm.hub import serialize
-from swarm.hub.delivery import answer
+from swarm.hub.delivery import answer, delivery_block
 from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, short_call
 from swarm.registry import Worker
 
@@ -50,7 +50,10 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list
 def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     now = runtime.clock()
     # The entry and the caller's delivery block share one transaction: one commit per call.
+    # The block is read first, so on PostgreSQL the commit-order lock that the INSERT takes is
+    # held only until the commit (nothing is lost: the cursor stops at the head it read).
     with runtime.db.write() as conn:
+        got = runtime.deliverer.collect(worker.id, conn)
         result = runtime.context.append(
             worker.id,
             body.type,
@@ -61,16 +64,14 @@ def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[st
             author_name=worker.name,
             conn=conn,
         )
-        reply = answer(
-            runtime,
-            worker,
-            {
-                "entry": serialize.entry(result.entry),
-                "overlaps": [serialize.claim(c, now) for c in result.overlaps],
-                "ended": [serialize.claim(c, now) for c in result.ended],
-            },
-            conn,
-        )
+    reply = {
+        "result": {
+            "entry": serialize.entry(result.entry),
+            "overlaps": [serialize.claim(c, now) for c in result.overlaps],
+            "ended": [serialize.claim(c, now) for c in result.ended],
+        },
+        "delivery": delivery_block(runtime, worker, got),
+    }
     if result.overlaps:
         new_claim = runtime.context.claim(result.entry.id)
         _notify_overlaps(runtime, worker, new_claim, list(result.overlaps))
