@@ -12,7 +12,7 @@ PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "password", "token", "
 
 
 class Settings(BaseSettings):
-    """Everything the hub and the runtime need to start. Every field can be set as `SWARM_<NAME>`."""
+    """Everything the hub and the runtime need to start; each field can be set as `SWARM_<NAME>`."""
 
     model_config = SettingsConfigDict(env_prefix="SWARM_", extra="ignore")
 

@@ -62,7 +62,7 @@ def run_load(hub: HubProcess, slow_url: str | None) -> None:
                         "/v1/entries", json={"type": "OBSERVED", "body": f"w{index} n{i}"}
                     )
                     r.raise_for_status()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     def reader(token: str, index: int) -> None:
@@ -76,7 +76,7 @@ def run_load(hub: HubProcess, slow_url: str | None) -> None:
                     r.raise_for_status()
                     seen[index] += [e["id"] for e in r.json()["result"]["entries"]]
                     time.sleep(0.01)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(t, i)) for i, t in enumerate(writer_tokens)]

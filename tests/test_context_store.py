@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import FakeClock
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -13,7 +14,6 @@ from swarm.context.schema import claims, entries
 from swarm.db import Database
 from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
 from swarm.registry import Registry
-from conftest import FakeClock
 
 
 @pytest.fixture

@@ -10,8 +10,14 @@ from swarm.worker.prompt import VARIABLES, environment, prompts_dir, render_work
 
 def test_every_prompt_renders_with_every_variable() -> None:
     env = environment()
-    values = {"worker": "w7", "team_size": 16, "goal": "Build textkit.", "tools": "sw ...",
-              "oracle": "/opt/cmark", "required_approvals": 1}
+    values = {
+        "worker": "w7",
+        "team_size": 16,
+        "goal": "Build textkit.",
+        "tools": "sw ...",
+        "oracle": "/opt/cmark",
+        "required_approvals": 1,
+    }
     assert set(values) == set(VARIABLES)
     for path in sorted(prompts_dir().glob("*.md")):
         text = env.get_template(path.name).render(**values)
@@ -27,9 +33,17 @@ def test_prompts_differ_only_by_worker_id() -> None:
     one = render_worker_prompt(worker="w1", team_size=8, goal="G")
     two = render_worker_prompt(worker="w2", team_size=8, goal="G")
     assert one != two and one.replace("w1", "w2") == two
-    for duty in ("sw claim", "sw dm", "sw fact", "sw fail", "sw pr merge", "sw summary",
-                 "origin/main"):
+    for duty in (
+        "sw claim",
+        "sw dm",
+        "sw fact",
+        "sw fail",
+        "sw pr merge",
+        "sw summary",
+        "origin/main",
+    ):
         assert duty in one
     assert "reference program" not in one
-    assert "/opt/cmark" in render_worker_prompt(worker="w1", team_size=8, goal="G",
-                                                 oracle="/opt/cmark")
+    assert "/opt/cmark" in render_worker_prompt(
+        worker="w1", team_size=8, goal="G", oracle="/opt/cmark"
+    )

@@ -45,7 +45,7 @@ class Messages(Protocol):
     def direct(self, author: Worker | str, recipient: Worker, body: str) -> Message: ...
 
     def take_direct(self, worker: Worker) -> list[Message]:
-        """Direct messages to `worker` it has not been handed yet, oldest first; each exactly once."""
+        """Direct messages to `worker` not handed to it yet, oldest first; each exactly once."""
         ...
 
     def take_channel(self, worker: Worker, limit: int = 50) -> ChannelDigest:

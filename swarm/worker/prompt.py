@@ -11,7 +11,8 @@ TOOLS = """\
 sw inbox | sw tail [-n N] [--type T] | sw claims [--all|--mine] | sw grep PATTERN [-i] [--type T]
 sw show ID | sw feed | sw whoami
 sw claim PATHS... [topic:NAME] -m TEXT [--lease S] | sw renew ID | sw release ID
-sw observed TEXT | sw fact TEXT [--supersedes ID] | sw fail TEXT [--claim ID] | sw summary CLAIM_ID TEXT
+sw observed TEXT | sw fact TEXT [--supersedes ID] | sw fail TEXT [--claim ID]
+sw summary CLAIM_ID TEXT
 sw say TEXT | sw dm WORKER TEXT
 sw pr open --title T [--body B] [--branch B] | sw pr list [--state S] | sw pr show N
 sw pr review N approve|request_changes|comment [-m TEXT] | sw pr merge N | sw pr close N"""
@@ -33,7 +34,7 @@ def environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(prompts_dir()),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
-        autoescape=False,  # noqa: S701 - plain text for a model, never HTML
+        autoescape=False,
     )
 
 

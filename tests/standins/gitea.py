@@ -1,22 +1,48 @@
-"""A stateful in-memory stand-in for Gitea's REST API, backed by real bare git repositories."""
+"""A stateful in-memory stand-in for Gitea's REST API, backed by real bare git repositories.
+
+Besides the REST API it serves git's smart HTTP at `/<owner>/<repo>.git` like Gitea does: basic
+auth per user (password, or an access token as the password), read for collaborators, write for
+collaborators with write permission, and a pre-receive hook that enforces branch protection
+(`enable_push: false` refuses every push to the branch; merges go through the API).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import secrets
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from standins.git import BareRepo
+from swarm.registry import Worker
+from swarm.workspace.git_http import _cgi_env, _CGIResponse, _feed, _read_headers, _reap
+
+# Installed in every repository: refuses updates of protected branches (names in the
+# environment the stand-in gives http-backend), with Gitea's wording.
+PRE_RECEIVE = r"""#!/bin/sh
+status=0
+while read -r old new ref; do
+    for branch in $STANDIN_PROTECTED; do
+        if [ "$ref" = "refs/heads/$branch" ]; then
+            echo "Gitea: Not allowed to push to protected branch $branch" >&2
+            status=1
+        fi
+    done
+done
+exit $status
+"""
 
 R = "/api/v1/repos/{owner}/{repo}"
 
@@ -51,16 +77,23 @@ class PR:
 class GiteaStandin:
     """In-memory Gitea: users, one organisation's repositories, PRs, reviews, protection."""
 
-    def __init__(self, root: Path, admin_token: str = "admin-token-0123456789") -> None:
+    def __init__(
+        self,
+        root: Path,
+        admin_token: str = "admin-token-0123456789",
+        admin_password: str | None = None,
+    ) -> None:
         self.root = root
         self.admin_token = admin_token
         self.users: dict[str, dict[str, Any]] = {
-            "admin": {"id": 1, "login": "admin", "password": None}
+            "admin": {"id": 1, "login": "admin", "password": admin_password}
         }
         self.tokens: dict[str, str] = {admin_token: "admin"}
         self.orgs: set[str] = set()
         self.repos: dict[str, BareRepo] = {}
         self.collaborators: dict[str, set[str]] = {}
+        self.readers: dict[str, set[str]] = {}  # collaborators with read permission only
+        self.pushes: list[tuple[str, str, int]] = []  # (user, repo, status) of receive-packs
         self.protections: dict[str, list[dict[str, Any]]] = {}
         self.pulls: dict[str, dict[int, PR]] = {}
         self.ids = itertools.count(100)
@@ -76,6 +109,7 @@ class GiteaStandin:
 
     def _routes(self) -> list[Route]:
         table = [
+            ("/api/v1/user", "GET", self.get_me),
             ("/api/v1/users/{username}", "GET", self.get_user),
             ("/api/v1/admin/users", "POST", self.create_user),
             ("/api/v1/users/{username}/tokens", "POST", self.create_token),
@@ -98,17 +132,24 @@ class GiteaStandin:
             (R + "/pulls/{index:int}/merge", "POST", self.merge_pull),
             (R + "/compare/{basehead}", "GET", self.compare),
         ]
-        return [Route(path, self._wrap(handler), methods=[m]) for path, m, handler in table]
+        routes = [Route(path, self._wrap(handler), methods=[m]) for path, m, handler in table]
+        git = Route("/{owner}/{repo}.git/{path:path}", self.serve_git, methods=["GET", "POST"])
+        return [*routes, git]
 
     def _wrap(self, handler: Any) -> Any:
         async def endpoint(request: Request) -> Response:
             body = await request.json() if await request.body() else None
-            try:
-                user = self._auth(request)
-                with self.lock:
-                    return handler(request, user, body)  # type: ignore[no-any-return]
-            except ApiError as exc:
-                return JSONResponse({"message": exc.message, "url": ""}, exc.status)
+
+            def call() -> Response:
+                try:
+                    user = self._auth(request)
+                    with self.lock:
+                        return handler(request, user, body)  # type: ignore[no-any-return]
+                except ApiError as exc:
+                    return JSONResponse({"message": exc.message, "url": ""}, exc.status)
+
+            # Off the event loop: handlers run git, and git's smart HTTP streams meanwhile.
+            return await run_in_threadpool(call)
 
         return endpoint
 
@@ -116,7 +157,9 @@ class GiteaStandin:
         header = request.headers.get("authorization", "")
         if header.startswith("Basic "):
             name, _, password = base64.b64decode(header[6:]).decode().partition(":")
-            if self.users.get(name, {}).get("password") != password:
+            if password and password in self.tokens:  # an access token as the password
+                return self.tokens[password]
+            if not password or self.users.get(name, {}).get("password") != password:
                 raise ApiError(401, "user or password is wrong")
             return name
         user = self.tokens.get(header.removeprefix("token ").strip())
@@ -149,6 +192,9 @@ class GiteaStandin:
         return key, repo, pr
 
     # --- users, orgs, repos ---
+
+    def get_me(self, _request: Request, user: str, _body: Any) -> Response:
+        return JSONResponse(self._user(user))
 
     def get_user(self, request: Request, _user: str, _body: Any) -> Response:
         name = request.path_params["username"]
@@ -185,16 +231,29 @@ class GiteaStandin:
         if key in self.repos:
             raise ApiError(409, "repository already exists")
         self.repos[key] = BareRepo(self.root / f"{key}.git")
+        hook = self.root / f"{key}.git" / "hooks" / "pre-receive"
+        hook.parent.mkdir(exist_ok=True)
+        hook.write_text(PRE_RECEIVE)
+        hook.chmod(0o755)
         self.pulls[key], self.collaborators[key], self.protections[key] = {}, set(), []
+        self.readers[key] = set()
         return JSONResponse({"id": next(self.ids), "name": body["name"], "full_name": key}, 201)
 
     def get_repo(self, request: Request, _user: str, _body: Any) -> Response:
         key, _repo = self._repo(request)
         return JSONResponse({"id": 3, "full_name": key, "default_branch": "main"})
 
-    def add_collaborator(self, request: Request, _user: str, _body: Any) -> Response:
+    def add_collaborator(self, request: Request, _user: str, body: Any) -> Response:
         key, _repo = self._repo(request)
-        self.collaborators[key].add(request.path_params["user"])
+        name = request.path_params["user"]
+        if name not in self.users:
+            raise ApiError(422, "user does not exist")
+        if (body or {}).get("permission", "write") == "read":
+            self.readers[key].add(name)
+            self.collaborators[key].discard(name)
+        else:
+            self.collaborators[key].add(name)
+            self.readers[key].discard(name)
         return Response(status_code=204)
 
     def list_protections(self, request: Request, _user: str, _body: Any) -> Response:
@@ -346,3 +405,61 @@ class GiteaStandin:
             for c in repo.commits(base, head)
         ]
         return JSONResponse({"commits": commits, "total_commits": len(commits)})
+
+    # --- git's smart HTTP ---
+
+    def _git_user(self, request: Request) -> str | None:
+        try:
+            return self._auth(request) if request.headers.get("authorization") else None
+        except ApiError:
+            return None
+
+    async def serve_git(self, request: Request) -> Response:
+        """`git http-backend` for one repository, as the basic-auth user (like Gitea's)."""
+        owner, name, path = (request.path_params[k] for k in ("owner", "repo", "path"))
+        key = f"{owner}/{name}"
+        user = self._git_user(request)
+        if user is None:
+            return PlainTextResponse(
+                "Unauthorized\n", 401, headers={"WWW-Authenticate": 'Basic realm="Gitea"'}
+            )
+        with self.lock:
+            if key not in self.repos or ".." in path.split("/"):
+                return PlainTextResponse("Not found\n", 404)
+            writer = user == "admin" or user in self.collaborators[key]
+            reader = writer or user in self.readers[key]
+            protected = " ".join(
+                str(r.get("rule_name") or r.get("branch_name"))
+                for r in self.protections[key]
+                if not r.get("enable_push")
+            )
+        pushing = "git-receive-pack" in (path, request.query_params.get("service"))
+        if not reader or (pushing and not writer):
+            if pushing:
+                self.pushes.append((user, key, 403))
+            return PlainTextResponse(f"User {user} may not access {key}\n", 403)
+        git_dir = self.repos[key].path
+        env = _cgi_env(git_dir, request, path, Worker(0, user))
+        env["STANDIN_PROTECTED"] = protected
+        proc = await asyncio.create_subprocess_exec(
+            "git", "http-backend",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert proc.stdin and proc.stdout and proc.stderr
+        feeder = asyncio.create_task(_feed(request, proc.stdin))
+        errors = asyncio.create_task(proc.stderr.read())
+        status, headers, first = await _read_headers(proc.stdout)
+        if path == "git-receive-pack":
+            self.pushes.append((user, key, status))
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                if first:
+                    yield first
+                while chunk := await proc.stdout.read(64 * 1024):  # type: ignore[union-attr]
+                    yield chunk
+            finally:
+                await _reap(proc, feeder, errors)
+
+        return _CGIResponse(status, headers, body())
