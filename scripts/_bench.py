@@ -233,6 +233,7 @@ async def _closed_loop_httpx(
     body: Any,
     warmup: float,
     duration: float,
+    interval: float = 0.0,
 ) -> tuple[int, int, float, list[float]]:
     """One AsyncClient per token; each client sends its next request when the last one answers.
     The clients are made before the clock starts (they share one SSL context: making one per
@@ -260,8 +261,14 @@ async def _closed_loop_httpx(
     async def client(c: httpx.AsyncClient, n: int) -> None:
         nonlocal errors
         i = 0
+        next_at = 0.0
+        if interval:  # paced clients start spread over one interval, like agents would
+            await asyncio.sleep(interval * n / max(1, len(clients)))
         while True:
+            if interval and i:
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
             t0 = time.perf_counter()
+            next_at = t0 + interval
             if t0 >= stop_at:
                 return
             payload = body(n, i) if callable(body) else body
@@ -298,8 +305,10 @@ def load_httpx(
     *,
     warmup: float = 2.0,
     duration: float = 10.0,
+    interval: float = 0.0,
 ) -> LoadResult:
-    """Closed-loop load from this process (Python asyncio + httpx, uvloop if present)."""
+    """Load from this process (Python asyncio + httpx, uvloop if present): closed loop, or with
+    `interval`, each client calling once per interval (an agent's pace)."""
     try:
         import uvloop
 
@@ -311,7 +320,9 @@ def load_httpx(
     cpu0 = (pids_cpu(hub_pid), time.process_time())
 
     async def go() -> tuple[int, int, float, list[float]]:
-        return await _closed_loop_httpx(hub.url, tokens, method, path, body, warmup, duration)
+        return await _closed_loop_httpx(
+            hub.url, tokens, method, path, body, warmup, duration, interval
+        )
 
     # CPU over the whole call (warm-up included), scaled to the measured window.
     t0 = time.perf_counter()

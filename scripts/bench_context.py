@@ -165,6 +165,9 @@ WRK_BODY = json.dumps(
 )
 
 
+PACE = 0.5  # seconds between one client's appends in the paced phase
+
+
 def throughput(
     figures: B.Figures,
     engine: str,
@@ -252,6 +255,23 @@ def throughput(
             )
             if appends.errors or ping.errors:
                 figures.add("errors (ping + append)", appends.errors + ping.errors, "count", **tag)
+        # Agents call the hub between steps, not back to back: the latency a worker sees when
+        # every one of the clients appends once per PACE seconds.
+        figures.log(f"{engine}/paced: {clients} clients, one append each per {PACE}s")
+        paced = B.load_httpx(
+            hub,
+            tokens,
+            "POST",
+            "/v1/entries",
+            append_body,
+            warmup=warmup,
+            duration=seconds,
+            interval=PACE,
+        )
+        tag = {"engine": engine, "load": f"paced {PACE}s"}
+        figures.add("paced appends/s", paced.rate, "req/s", **tag)
+        figures.add("paced append p50", paced.p50_ms, "ms", **tag)
+        figures.add("paced append p99", paced.p99_ms, "ms", "target < 100", **tag)
 
 
 # ---------------------------------------------------------------------------- grep
