@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -40,22 +37,6 @@ def saved_token(
     return token
 
 
-def seed(url: str, user: str, password: str, owner: str, repo: str, start: Path) -> None:
-    """Push the task's starting files as the first commit of main."""
-    parts = urlsplit(url)
-    remote = f"{parts.scheme}://{quote(user)}:{quote(password)}@{parts.netloc}/{owner}/{repo}.git"
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["cp", "-a", f"{start}/.", tmp], check=True)
-        for args in (
-            ["init", "-q", "-b", "main"],
-            ["add", "-A"],
-            ["-c", "user.name=swarm", "-c", "user.email=swarm@swarm.invalid",
-             "commit", "-q", "--allow-empty", "-m", "Starting files of the task"],
-            ["push", "-q", remote, "main"],
-        ):  # fmt: skip
-            subprocess.run(["git", *args], cwd=tmp, check=True)
-
-
 def gitea(secrets: Path, workers: int) -> None:
     url, user, password = (
         env("SWARM_GITEA_URL"),
@@ -78,10 +59,9 @@ def gitea(secrets: Path, workers: int) -> None:
     )
     approvals = int(env("SWARM_REQUIRED_APPROVALS", "0"))
     workspace = GiteaWorkspace(url, token, owner, repo, required_approvals=approvals)
-    workspace.client.ensure_org(owner)
-    if workspace.client.ensure_repo(owner, repo):
-        seed(url, user, password, owner, repo, Path(env("SWARM_TASK_DIR")) / "start")
-    workspace.setup()  # branch protection after the seed: nobody pushes to main from now on
+    # Org, repository, main seeded with the task's starting files (pushed with the token), then
+    # branch protection: nobody pushes to main from now on.
+    workspace.prepare(Path(env("SWARM_TASK_DIR")) / "start")
     for n in range(1, workers + 1):
         workspace.ensure_worker(f"w{n}")
     print(f"bootstrap: Gitea ready: {owner}/{repo}, {workers} worker accounts")

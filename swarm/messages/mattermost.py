@@ -1,7 +1,8 @@
 """Messages on a self-hosted Mattermost: one team, a `tasks` channel, DMs; workers are bots.
 
 Per-worker cursors and bot tokens live in the hub's database (tables below, on `swarm.db.metadata`;
-`Database.create_schema()` must import this module so `create_all` builds them).
+`Database.create_schema()` must import this module so `create_all` builds them). On SQLite they live
+in a file of their own beside the hub's (see `own_database`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +25,7 @@ from mattermostautodriver.exceptions import (
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import BigInteger, Column, Integer, String, Table, Text, insert, select, update
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from swarm.config import Settings
@@ -51,6 +54,22 @@ mattermost_cursors = Table(
     Column("seen", Text, nullable=False),  # {post_id: create_at} handed out within the lag window
     Column("version", Integer, nullable=False),  # compare-and-swap guard
 )
+
+
+def own_database(db: Database) -> Database:
+    """Where the adapter keeps its tables. The hub takes DMs (`take_direct`, which may move a
+    cursor or store a new bot) inside its own write transaction; on SQLite a second write on the
+    same file would wait for that transaction forever (writes are serialized in-process), so
+    there the adapter uses a sibling file (`hub.db` -> `hub-mattermost.db`). PostgreSQL runs
+    the two transactions side by side on different rows: the hub's database is used."""
+    url = make_url(db.url)
+    if not db.is_sqlite or not url.database or url.database == ":memory:":
+        return db
+    path = Path(url.database)
+    sibling = url.set(database=str(path.with_name(f"{path.stem}-mattermost{path.suffix}")))
+    own = Database(sibling.render_as_string(hide_password=False))
+    metadata.create_all(own.engine, tables=[mattermost_accounts, mattermost_cursors])
+    return own
 
 
 def message_id(post: dict[str, Any]) -> int:
@@ -100,7 +119,7 @@ class MattermostMessages:
             "transport": transport or httpx.HTTPTransport(retries=2),  # one pool for all drivers
             "request_timeout": 30,
         }
-        self.db = db
+        self.db = own_database(db)
         self.team_name = team
         self.size_limit = size_limit
         self.lag_ms = int(lag_seconds * 1000)

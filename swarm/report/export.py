@@ -21,7 +21,18 @@ from swarm.report.source import BUNDLE, database_url
 
 BATCH = 5000
 # Never packed: the operator token is a secret; the worker checkouts can be rebuilt from git.
-SKIPPED = {"operator.token", "hub.db", "hub.db-wal", "hub.db-shm", "workspace.git", "workers"}
+# Secrets (the operator token; the Mattermost adapter's bot tokens) never leave the machine.
+SKIPPED = {
+    "operator.token",
+    "hub.db",
+    "hub.db-wal",
+    "hub.db-shm",
+    "hub-mattermost.db",
+    "hub-mattermost.db-wal",
+    "hub-mattermost.db-shm",
+    "workspace.git",
+    "workers",
+}
 
 
 def copy_database(url: str, target: Path) -> None:

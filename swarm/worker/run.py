@@ -3,6 +3,7 @@ stops cleanly, and leaves everything in a run directory for inspection."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from swarm.config import Settings
 from swarm.evaluation import Checkpoint, Evaluator
 from swarm.hub.server import HubProcess
 from swarm.tasks.model import Task
@@ -105,12 +107,28 @@ class Run:
         self.started = time.time()
         self.deadline = self.started + plan.budget_seconds
         self.stopped_because = ""
+        self.evaluated: str | Path = plan.run_dir / "workspace.git"
 
     def start(self) -> None:
         plan = self.plan
         plan.task.require_prepared()
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        init_repo(plan.run_dir / "workspace.git", plan.task.start_dir)
+        # The hub inherits this environment: SWARM_WORKSPACE=gitea puts the code on Gitea, whose
+        # repository is seeded (if main is new) and protected here, and read by the evaluator.
+        evaluated: str | Path = plan.run_dir / "workspace.git"
+        settings = Settings(required_approvals=plan.required_approvals)
+        if settings.workspace == "gitea":
+            from swarm.workspace import gitea
+
+            remote = gitea.from_settings(settings)
+            try:
+                remote.prepare(plan.task.start_dir)
+                evaluated = remote.reader_url()
+            finally:
+                remote.client.close()
+        else:
+            init_repo(plan.run_dir / "workspace.git", plan.task.start_dir)
+        self.evaluated = evaluated
         env = {"SWARM_REQUIRED_APPROVALS": str(plan.required_approvals)}
         if plan.merge_check:
             env["SWARM_MERGE_CHECK"] = plan.merge_check
@@ -121,7 +139,7 @@ class Run:
         write_run_file(plan, hub_url=self.hub.url, started=self.started)
         self.evaluator = Evaluator(
             plan.task,
-            plan.run_dir / "workspace.git",
+            evaluated,
             self.record_checkpoint,
             workdir=plan.run_dir / "eval",
             interval=plan.eval_every,
@@ -137,21 +155,37 @@ class Run:
         for index in range(processes):
             count = base + (1 if index < extra else 0)
             args = [
-                sys.executable, "-m", "swarm", "worker",
-                "--hub", self.hub.url,
-                "--count", str(count),
-                "--task", str(plan.task.root),
-                "--harness", plan.harness,
-                "--team-size", str(plan.workers),
-                "--deadline", str(self.deadline),
-                "--workdir-root", str(plan.run_dir / "workers"),
-                "--think", str(plan.think),
-                "--max-steps", str(plan.max_steps),
-                "--required-approvals", str(plan.required_approvals),
+                sys.executable,
+                "-m",
+                "swarm",
+                "worker",
+                "--hub",
+                self.hub.url,
+                "--count",
+                str(count),
+                "--task",
+                str(plan.task.root),
+                "--harness",
+                plan.harness,
+                "--team-size",
+                str(plan.workers),
+                "--deadline",
+                str(self.deadline),
+                "--workdir-root",
+                str(plan.run_dir / "workers"),
+                "--think",
+                str(plan.think),
+                "--max-steps",
+                str(plan.max_steps),
+                "--required-approvals",
+                str(plan.required_approvals),
                 *plan.extra_worker_args,
             ]
-            for flag, value in (("--model", plan.model), ("--model-mix", plan.model_mix),
-                                ("--api-base", plan.api_base)):
+            for flag, value in (
+                ("--model", plan.model),
+                ("--model-mix", plan.model_mix),
+                ("--api-base", plan.api_base),
+            ):
                 if value:
                     args += [flag, value]
             log = open(plan.run_dir / f"workers-{index + 1}.log", "ab")  # noqa: SIM115
@@ -163,14 +197,20 @@ class Run:
     def record_checkpoint(self, checkpoint: Checkpoint) -> None:
         if self.operator is None:
             return
-        try:
-            self.operator.call("POST", "/v1/checkpoints", json={
-                "time": checkpoint.time, "commit": checkpoint.commit,
-                "passed": checkpoint.passed, "total": checkpoint.total,
-                "duration": checkpoint.duration, "reason": checkpoint.reason,
-            })
-        except HubError:
-            pass  # the hub is shutting down; the final score is still printed
+        # If the hub is already shutting down, the final score is still printed.
+        with contextlib.suppress(HubError):
+            self.operator.call(
+                "POST",
+                "/v1/checkpoints",
+                json={
+                    "time": checkpoint.time,
+                    "commit": checkpoint.commit,
+                    "passed": checkpoint.passed,
+                    "total": checkpoint.total,
+                    "duration": checkpoint.duration,
+                    "reason": checkpoint.reason,
+                },
+            )
 
     def summary(self) -> dict[str, Any]:
         assert self.operator is not None
@@ -189,17 +229,16 @@ class Run:
         if self.plan.max_cost is not None:
             summary = self.summary()
             if summary["cost"] >= self.plan.max_cost and self.operator is not None:
-                self.operator.call("POST", "/v1/operator/flags",
-                                   json={"key": "no_new_sessions", "value": "1"})
+                self.operator.call(
+                    "POST", "/v1/operator/flags", json={"key": "no_new_sessions", "value": "1"}
+                )
         return None
 
     def stop(self, reason: str, grace: float = 60.0) -> RunOutcome:
         self.stopped_because = reason
         if self.operator is not None:
-            try:
+            with contextlib.suppress(HubError):
                 self.operator.call("POST", "/v1/operator/stop")
-            except HubError:
-                pass
         for proc in self.workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -211,16 +250,46 @@ class Run:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         final = self.evaluator.stop(final=True) if self.evaluator else None
+        self._keep_a_copy_of_the_code()
         summary = self.summary() if self.operator else {}
         ended = time.time()
         assert self.hub is not None
-        write_run_file(self.plan, hub_url=self.hub.url, started=self.started, ended=ended,
-                       stopped_because=reason)
+        write_run_file(
+            self.plan,
+            hub_url=self.hub.url,
+            started=self.started,
+            ended=ended,
+            stopped_because=reason,
+        )
         if self.operator is not None:
             self.operator.close()
         self.hub.stop()
-        return RunOutcome(self.plan.run_dir, self.hub.url, self.started, ended, summary, final,
-                          reason)
+        return RunOutcome(
+            self.plan.run_dir, self.hub.url, self.started, ended, summary, final, reason
+        )
+
+    def _keep_a_copy_of_the_code(self) -> None:
+        """A run on a server (Gitea) leaves a bare copy of its main in the run directory too, so
+        `swarm report` and `swarm export` work the same whichever workspace the run used."""
+        if isinstance(self.evaluated, Path):
+            return
+        target = self.plan.run_dir / "workspace.git"
+        command = (
+            ["git", "-C", str(target), "fetch", "-q", self.evaluated, "+main:main"]
+            if (target / "HEAD").exists()
+            else [
+                "git",
+                "clone",
+                "-q",
+                "--bare",
+                "--single-branch",
+                "--branch",
+                "main",
+                self.evaluated,
+                str(target),
+            ]
+        )
+        subprocess.run(command, capture_output=True, check=False, timeout=300)
 
 
 def outcome_dict(outcome: RunOutcome) -> dict[str, Any]:

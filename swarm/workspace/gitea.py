@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -16,7 +21,14 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from swarm.config import Settings
 from swarm.db import Database
-from swarm.errors import Conflict, Forbidden, InvalidInput, MergeConflict, SwarmError
+from swarm.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    MergeConflict,
+    SwarmError,
+    Unavailable,
+)
 from swarm.registry import Worker
 from swarm.workspace.gitea_client import GiteaClient, status_of
 from swarm.workspace.ports import MAIN, PRState, PullRequest, PullRequestDetail, Review, Verdict
@@ -69,6 +81,7 @@ class GiteaWorkspace:
         self.path = f"/repos/{owner}/{repo}"
         # Worker passwords are derived, so every hub replica computes the same ones.
         self._secret = (password_secret or token).encode()
+        self._token = token
         self.clone_base_url = (clone_base_url or base_url).rstrip("/")
         self.required_approvals = required_approvals
         self.merge_attempts = merge_attempts
@@ -97,10 +110,55 @@ class GiteaWorkspace:
         self.client.ensure_repo(self.owner, self.repo)
         self.client.protect_main(self.owner, self.repo, required_approvals=self.required_approvals)
 
+    def prepare(self, start: Path, message: str = "Starting files of the task") -> bool:
+        """Organisation, repository, main seeded with `start`'s files (when main does not exist
+        yet), then branch protection (idempotent). True if main was seeded now."""
+        self.client.ensure_org(self.owner)
+        self.client.ensure_repo(self.owner, self.repo)
+        seeded = False
+        if not self.client.branch_exists(self.owner, self.repo, MAIN):
+            self.seed(start, message)
+            seeded = True
+        self.setup()  # protection after the seed: nobody pushes to main from now on
+        return seeded
+
+    def seed(self, start: Path, message: str = "Starting files of the task") -> None:
+        """Push `start`'s files as the first commit of main, as the token's owner (Gitea takes
+        an access token as the basic-auth password). Must run before main is protected."""
+        url = urlsplit(f"{self.clone_base_url}/{self.owner}/{self.repo}.git")
+        netloc = f"swarm:{quote(self._token, safe='')}@{url.netloc}"
+        remote = urlunsplit((url.scheme, netloc, url.path, "", ""))
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(start, tmp, dirs_exist_ok=True)
+            for args in (
+                ["init", "-q", "-b", MAIN],
+                ["add", "-A"],
+                ["-c", "user.name=swarm", "-c", "user.email=swarm@swarm.invalid",
+                 "commit", "-q", "--allow-empty", "-m", message],
+                ["push", "-q", remote, f"HEAD:refs/heads/{MAIN}"],
+            ):  # fmt: skip
+                done = subprocess.run(
+                    ["git", *args], cwd=tmp, env=env, capture_output=True, text=True
+                )
+                if done.returncode != 0:
+                    error = done.stderr.replace(self._token, "***").strip()[-500:]
+                    raise Unavailable(f"seeding {self.owner}/{self.repo} failed: {error}")
+
+    def reader_url(self, name: str = "swarm-evaluator") -> str:
+        """A clone URL for a read-only account (the evaluator reads main, never pushes)."""
+        if name not in self._known_users:
+            self.client.ensure_user(name, self.password(name))
+            self.client.add_collaborator(self.owner, self.repo, name, permission="read")
+            self._known_users.add(name)
+        return self._url_for(name)
+
     # --- the port ---
 
     def clone_url(self, worker: Worker) -> str:
-        name = self.ensure_worker(worker)
+        return self._url_for(self.ensure_worker(worker))
+
+    def _url_for(self, name: str) -> str:
         url = urlsplit(f"{self.clone_base_url}/{self.owner}/{self.repo}.git")
         netloc = f"{quote(name)}:{self.password(name)}@{url.netloc}"
         return urlunsplit((url.scheme, netloc, url.path, "", ""))

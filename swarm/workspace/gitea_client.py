@@ -202,10 +202,18 @@ class GiteaClient:
         )
         return True
 
-    def add_collaborator(self, owner: str, repo: str, username: str) -> None:
+    def add_collaborator(
+        self, owner: str, repo: str, username: str, permission: str = "write"
+    ) -> None:
         self.send(
-            "PUT", f"/repos/{owner}/{repo}/collaborators/{username}", json={"permission": "write"}
+            "PUT",
+            f"/repos/{owner}/{repo}/collaborators/{username}",
+            json={"permission": permission},
         )
+
+    def branch_exists(self, owner: str, repo: str, branch: str) -> bool:
+        path = f"/repos/{owner}/{repo}/branches/{branch}"
+        return self.send("GET", path, ok=(404,)).status_code == 200
 
     def protect_main(self, owner: str, repo: str, *, required_approvals: int = 0) -> None:
         """Nobody pushes to main; merges go through the API (idempotent)."""
