@@ -86,8 +86,9 @@ class LatencyProbe:
     `every` seconds and times the answer."""
 
     def __init__(self, url: str, token: str, every: float = 0.2) -> None:
-        self.client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
-                                   timeout=120)
+        self.client = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+        )
         self.every = every
         self.samples: list[float] = []
         self.done = threading.Event()
@@ -181,7 +182,8 @@ def db_figures(db_path: Path) -> dict[str, Any]:
     with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
         one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
         claims = conn.execute(
-            "SELECT id, scope, created_at, ended_at, lease_until FROM claims").fetchall()
+            "SELECT id, scope, created_at, ended_at, lease_until FROM claims"
+        ).fetchall()
         return {
             "claims": len(claims),
             "claims_overlapped": overlapping_claims(claims),
@@ -204,12 +206,21 @@ class Size:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
-def run_size(task: Task, workers: int, think: float, root: Path, budget: float,
-             log: Any) -> dict[str, Any]:
+def run_size(
+    task: Task, workers: int, think: float, root: Path, budget: float, log: Any
+) -> dict[str, Any]:
     run_dir = root / f"run-{workers}"
-    plan = RunPlan(task=task, run_dir=run_dir, workers=workers, harness="sim", think=think,
-                   budget_seconds=budget, eval_every=10 * budget)
+    plan = RunPlan(
+        task=task,
+        run_dir=run_dir,
+        workers=workers,
+        harness="sim",
+        think=think,
+        budget_seconds=budget,
+        eval_every=10 * budget,
+    )
     run = Run(plan)
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     run.start()
     ready = time.monotonic()
@@ -222,10 +233,13 @@ def run_size(task: Task, workers: int, think: float, root: Path, budget: float,
         while (reason := _poll(run)) is None:
             time.sleep(0.5)
             if time.monotonic() - last > 15:
-                merged = _count(run_dir, "SELECT COUNT(*) FROM pull_requests "
-                                          "WHERE state = 'merged'")
-                log(f"  {workers} workers, {time.monotonic() - started:.0f}s: merged "
-                    f"{merged}/{task_units(task)} PRs")
+                merged = _count(
+                    run_dir, "SELECT COUNT(*) FROM pull_requests WHERE state = 'merged'"
+                )
+                log(
+                    f"  {workers} workers, {time.monotonic() - started:.0f}s: merged "
+                    f"{merged}/{task_units(task)} PRs"
+                )
                 last = time.monotonic()
     finally:
         finished = time.monotonic()
@@ -244,6 +258,8 @@ def run_size(task: Task, workers: int, think: float, root: Path, budget: float,
         p99, p99_source, git_p99 = probe.p99(), "client probe", None
     final = outcome.final
     return {
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
         "wall_time": finished - started,
         "start_seconds": ready - started,
         "stopped_because": reason,
@@ -284,25 +300,52 @@ def task_units(task: Task) -> int:
 
 
 UNITS = {
-    "wall_time": "s", "start_seconds": "s", "speedup": "x", "units": "units",
-    "units_on_main": "units", "units_merged_twice": "units", "duplicated_work_pct": "%",
-    "merges_on_main": "merges", "merge_conflicts": "conflicts", "claims": "claims",
-    "claims_overlapped": "claims", "messages": "messages", "direct_messages": "messages",
-    "entries": "entries", "prs_opened": "PRs", "prs_merged": "PRs", "sessions": "sessions",
-    "session_errors": "sessions", "hub_p99_ms": "ms", "hub_p99_all_ms": "ms",
-    "peak_rss_mib": "MiB", "peak_rss_hub_mib": "MiB", "peak_rss_workers_mib": "MiB",
-    "hidden_tests_passed": "tests", "hidden_tests_total": "tests",
+    "wall_time": "s",
+    "start_seconds": "s",
+    "speedup": "x",
+    "units": "units",
+    "units_on_main": "units",
+    "units_merged_twice": "units",
+    "duplicated_work_pct": "%",
+    "merges_on_main": "merges",
+    "merge_conflicts": "conflicts",
+    "claims": "claims",
+    "claims_overlapped": "claims",
+    "messages": "messages",
+    "direct_messages": "messages",
+    "entries": "entries",
+    "prs_opened": "PRs",
+    "prs_merged": "PRs",
+    "sessions": "sessions",
+    "session_errors": "sessions",
+    "hub_p99_ms": "ms",
+    "hub_p99_all_ms": "ms",
+    "peak_rss_mib": "MiB",
+    "peak_rss_hub_mib": "MiB",
+    "peak_rss_workers_mib": "MiB",
+    "hidden_tests_passed": "tests",
+    "hidden_tests_total": "tests",
     "throughput": "units/s",
+    "load_before": "load",
+    "load_after": "load",
 }
 
 COLUMNS = [
-    ("workers", "workers", "{:d}"), ("units", "units", "{:d}"), ("wall_time", "wall s", "{:.1f}"),
-    ("start_seconds", "start s", "{:.1f}"), ("speedup", "speedup", "{:.1f}x"),
-    ("units_merged_twice", "dup", "{:d}"), ("duplicated_work_pct", "dup %", "{:.2f}"),
-    ("merge_conflicts", "conflicts", "{:d}"), ("claims_overlapped", "overlap", "{:d}"),
-    ("claims", "claims", "{:d}"), ("messages", "msgs", "{:d}"),
-    ("hub_p99_ms", "hub p99 ms", "{:.0f}"), ("peak_rss_mib", "peak MiB", "{:.0f}"),
+    ("workers", "workers", "{:d}"),
+    ("units", "units", "{:d}"),
+    ("wall_time", "wall s", "{:.1f}"),
+    ("start_seconds", "start s", "{:.1f}"),
+    ("speedup", "speedup", "{:.1f}x"),
+    ("units_merged_twice", "dup", "{:d}"),
+    ("duplicated_work_pct", "dup %", "{:.2f}"),
+    ("merge_conflicts", "conflicts", "{:d}"),
+    ("claims_overlapped", "overlap", "{:d}"),
+    ("claims", "claims", "{:d}"),
+    ("messages", "msgs", "{:d}"),
+    ("hub_p99_ms", "hub p99 ms", "{:.0f}"),
+    ("peak_rss_mib", "peak MiB", "{:.0f}"),
     ("units_on_main", "on main", "{:d}"),
+    ("load_before", "load", "{:.0f}"),
 ]
 
 
@@ -316,8 +359,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         if n == 0:
             print("  ".join("-" * w for w in widths))
     if rows:
-        print(f"\nhub p99: {rows[0].get('hub_p99_source')}; peak memory: hub + worker "
-              "processes (RSS, sampled every 0.5 s); dup = units merged by more than one PR")
+        print(
+            f"\nhub p99: {rows[0].get('hub_p99_source')}; peak memory: hub + worker "
+            "processes (RSS, sampled every 0.5 s); dup = units merged by more than one PR"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,8 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=900.0, help="seconds per size at most")
     parser.add_argument("--root", type=Path, help="where the runs go (default: a temp dir)")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
-        QUICK_SIZES if args.quick else FULL_SIZES)
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else (QUICK_SIZES if args.quick else FULL_SIZES)
+    )
     think = args.think if args.think is not None else (0.2 if args.quick else 2.0)
     min_units = args.min_units or (12 if args.quick else 32)
     root = (args.root or Path(tempfile.mkdtemp(prefix="swarm-scale-"))).resolve()
@@ -359,14 +407,20 @@ def main(argv: list[str] | None = None) -> int:
         figures["speedup"] = rate / base_rate if base_rate else None
         row = {"workers": workers, **figures}
         rows.append(row)
-        log(f"  done in {figures['wall_time']:.1f}s: {figures['units_on_main']}/{units} on main, "
+        log(
+            f"  done in {figures['wall_time']:.1f}s: {figures['units_on_main']}/{units} on main, "
             f"{figures['units_merged_twice']} merged twice, p99 {figures['hub_p99_ms']:.0f} ms, "
-            f"peak {figures['peak_rss_mib']:.0f} MiB")
+            f"peak {figures['peak_rss_mib']:.0f} MiB"
+        )
         if args.json:
             for key, value in row.items():
                 if key in UNITS:
-                    print(json.dumps({"figure": key, "value": value, "unit": UNITS[key],
-                                      "workers": workers}), flush=True)
+                    print(
+                        json.dumps(
+                            {"figure": key, "value": value, "unit": UNITS[key], "workers": workers}
+                        ),
+                        flush=True,
+                    )
     if not args.json:
         print_table(rows)
     return 0

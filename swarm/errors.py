@@ -1,10 +1,10 @@
-"""The project's own exception tree; adapters translate backend errors into these at the boundary."""
+"""The project's own exceptions; adapters translate backend errors into these at the boundary."""
 
 from __future__ import annotations
 
 
 class SwarmError(Exception):
-    """Base class: every error swarm raises on purpose. `status` is the HTTP answer the hub gives."""
+    """Every error swarm raises on purpose; `status` is the HTTP answer the hub gives for it."""
 
     status = 400
 

@@ -38,7 +38,9 @@ def query(run_dir: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 def git(run_dir: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-C", str(run_dir / "workspace.git"), *args],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
 
 
@@ -46,8 +48,9 @@ def merges_per_unit(run_dir: Path, units: list[Unit]) -> dict[str, int]:
     """How many merged PRs on main's first-parent line carry each unit (by commit subject:
     the sim commits `unit <id>: <title>`)."""
     counts = {u.id: 0 for u in units}
-    for line in git(run_dir, "log", "--first-parent", "--merges", "--format=%H %P", "main")\
-            .splitlines():
+    for line in git(
+        run_dir, "log", "--first-parent", "--merges", "--format=%H %P", "main"
+    ).splitlines():
         _merge, first, second = line.split()
         subjects = git(run_dir, "log", "--format=%s", f"{first}..{second}").splitlines()
         for subject in subjects:
@@ -59,8 +62,15 @@ def merges_per_unit(run_dir: Path, units: list[Unit]) -> dict[str, int]:
 
 
 def plan_for(task: Task, run_dir: Path, **kw: Any) -> RunPlan:
-    defaults: dict[str, Any] = dict(task=task, run_dir=run_dir, workers=8, harness="sim",
-                                    think=0.2, budget_seconds=240, eval_every=600)
+    defaults: dict[str, Any] = dict(
+        task=task,
+        run_dir=run_dir,
+        workers=8,
+        harness="sim",
+        think=0.2,
+        budget_seconds=240,
+        eval_every=600,
+    )
     return RunPlan(**{**defaults, **kw})
 
 
@@ -82,13 +92,23 @@ def test_inflection_with_8_workers_reaches_every_hidden_test(
     assert merges_per_unit(run_dir, units) == {u.id: 1 for u in units}
     assert query(run_dir, "SELECT COUNT(*) FROM pull_requests WHERE state = 'merged'")[0][0] == 12
     # The evaluator scored main as it moved: the pass counts never fall and they rise.
-    points = [p for (p,) in query(
-        run_dir, "SELECT passed FROM checkpoints WHERE reason IS NULL ORDER BY time, id")]
+    points = [
+        p
+        for (p,) in query(
+            run_dir, "SELECT passed FROM checkpoints WHERE reason IS NULL ORDER BY time, id"
+        )
+    ]
     assert points == sorted(points) and points[-1] == 455
     assert len(set(points)) >= 2, points
     # Nobody holds a claim after the run; every worker reported itself stopped.
-    assert query(run_dir, "SELECT COUNT(*) FROM claims WHERE ended_at IS NULL "
-                 "AND lease_until > ?", time.time())[0][0] == 0
+    assert (
+        query(
+            run_dir,
+            "SELECT COUNT(*) FROM claims WHERE ended_at IS NULL AND lease_until > ?",
+            time.time(),
+        )[0][0]
+        == 0
+    )
     assert {s for (s,) in query(run_dir, "SELECT state FROM workers")} == {"stopped"}
     assert time.monotonic() - started < 180
 
@@ -115,10 +135,12 @@ def test_killed_worker_process_frees_its_claims_and_the_run_goes_on(
         # Wait until both workers have merged something and hold a claim.
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            merged = query(run_dir, "SELECT COUNT(DISTINCT author) FROM pull_requests "
-                           "WHERE state = 'merged'")[0][0]
-            holding = query(run_dir, "SELECT COUNT(DISTINCT owner_id) FROM claims "
-                            "WHERE ended_at IS NULL")[0][0]
+            merged = query(
+                run_dir, "SELECT COUNT(DISTINCT author) FROM pull_requests WHERE state = 'merged'"
+            )[0][0]
+            holding = query(
+                run_dir, "SELECT COUNT(DISTINCT owner_id) FROM claims WHERE ended_at IS NULL"
+            )[0][0]
             if merged == 2 and holding == 2:
                 break
             time.sleep(0.2)
@@ -140,14 +162,21 @@ def test_killed_worker_process_frees_its_claims_and_the_run_goes_on(
     assert len(dead) == 1, dead
     dead_id, dead_name = dead[0]
     # Its claims were never ended by anyone: their leases lapsed, and a peer took the unit.
-    open_claims = query(run_dir, "SELECT id, scope, lease_until FROM claims "
-                        "WHERE owner_id = ? AND ended_at IS NULL", dead_id)
+    open_claims = query(
+        run_dir,
+        "SELECT id, scope, lease_until FROM claims WHERE owner_id = ? AND ended_at IS NULL",
+        dead_id,
+    )
     assert open_claims, "the killed worker held a claim"
     for _id, _scope, lease_until in open_claims:
         assert lease_until <= killed_at + lease + 1
     # Its pushed work is intact: its merged PRs are on main, its branches still in the repo.
-    merged = query(run_dir, "SELECT merge_commit, head, branch FROM pull_requests "
-                   "WHERE author = ? AND state = 'merged'", dead_name)
+    merged = query(
+        run_dir,
+        "SELECT merge_commit, head, branch FROM pull_requests "
+        "WHERE author = ? AND state = 'merged'",
+        dead_name,
+    )
     assert merged
     for merge_commit, head, branch in merged:
         git(run_dir, "merge-base", "--is-ancestor", merge_commit, "main")
@@ -161,14 +190,31 @@ def test_killed_worker_process_frees_its_claims_and_the_run_goes_on(
 def test_demo_completes_with_every_hidden_test_passing(tmp_path: Path) -> None:
     run_dir = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "swarm", "demo", "--workers", "4", "--think", "0.2",
-         "--run-dir", str(run_dir), "--quiet"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "swarm",
+            "demo",
+            "--workers",
+            "4",
+            "--think",
+            "0.2",
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "every worker finished" in done.stderr
-    passed, total = query(run_dir, "SELECT passed, total FROM checkpoints WHERE reason IS NULL "
-                          "ORDER BY time DESC, id DESC LIMIT 1")[0]
+    passed, total = query(
+        run_dir,
+        "SELECT passed, total FROM checkpoints WHERE reason IS NULL "
+        "ORDER BY time DESC, id DESC LIMIT 1",
+    )[0]
     assert total > 0 and passed == total
     assert f"hidden tests on main: {passed}/{total}" in done.stderr
 

@@ -30,13 +30,23 @@ from swarm.errors import InvalidInput
 from swarm.harness import SessionContext, SessionResult
 from swarm.tasks.units import Unit, UnitAlreadyApplied, apply_unit, parse_units
 from swarm.tools.client import HubClient, HubError
+from swarm.worker.runtime import HUB_TIMEOUT
 
 NO_WORK_LEFT = "no work left"
 MAX_MERGE_ATTEMPTS = 4
 CLAIMS_LIMIT = 5000  # the hub's maximum; its default (500) hides claims past 1,024 workers
-IDLE_PAUSE_MAX = 8.0  # an idle worker polls the claims at most this far apart (with jitter)
-SYNC_MAX_AGE = 60.0  # a unit with files of its own may start from a main this old (seconds)
+# An idle worker polls the claims at most this far apart (with jitter), longer in a big team:
+# 1,024 idle workers listing 1,024 claims every 8 s kept the hub busy on that alone.
+IDLE_PAUSE_MAX = 8.0
+IDLE_POLLS_PER_SECOND = 32.0  # the whole team's idle polls, roughly, once they back off
+IDLE_PAUSE_CAP = 30.0
+# A unit with files of its own may start from a main this old (seconds): the hub merges it onto
+# the newest main; the age only bounds how long a merge nobody reported (a crashed peer) can hide.
+SYNC_MAX_AGE = 300.0
+GREP_PAGE = 500  # the hub's largest grep page
+SESSION_STEP_MARGIN = 30  # another unit in this session only while this many steps remain
 DONE_RE = re.compile(r"^unit (\S+) (?:\(|is already on main)")
+GAP_RE = re.compile(r"--after (\d+) --before (\d+)")
 
 
 @dataclass
@@ -48,6 +58,9 @@ class _WorkerState:
     main: str = ""  # the main commit the checkout was last brought up to
     synced: float = 0.0  # time.monotonic() of that
     dirty: bool = True  # the work branch holds something other than `main`
+    # Entry-id windows (after, before) whose entries a delivery did not show (it shows the
+    # newest few): the worker greps them for PATCH_SUMMARY before it picks its next unit.
+    gaps: list[tuple[int, int]] = field(default_factory=list)
 
 
 def unit_topic(unit: Unit) -> str:
@@ -65,15 +78,20 @@ def is_applied(unit: Unit, root: Path) -> bool:
     return True
 
 
-def applied_on(units: list[Unit], workdir: Path, rev: str, env: dict[str, str] | None = None
-               ) -> set[str]:
+def applied_on(
+    units: list[Unit], workdir: Path, rev: str, env: dict[str, str] | None = None
+) -> set[str]:
     """The units whose solution is in `rev`'s tree, read from git's objects in one process (a
     sparse checkout holds only the files at hand)."""
     paths = sorted({edit.path for unit in units for edit in unit.edits})
     if not paths:
         return set()
     done = subprocess.run(
-        ["git", "cat-file", "--batch"], cwd=workdir, env=env, check=True, capture_output=True,
+        ["git", "cat-file", "--batch"],
+        cwd=workdir,
+        env=env,
+        check=True,
+        capture_output=True,
         input="".join(f"{rev}:{p}\n" for p in paths).encode(),
     ).stdout
     texts: dict[str, str] = {}
@@ -84,12 +102,15 @@ def applied_on(units: list[Unit], workdir: Path, rev: str, env: dict[str, str] |
         at = end + 1
         if len(header) == 3 and header[1] == b"blob":
             size = int(header[2])
-            texts[path] = done[at:at + size].decode("utf-8", errors="replace")
+            texts[path] = done[at : at + size].decode("utf-8", errors="replace")
             at += size + 1
     return {
-        unit.id for unit in units
-        if all(e.path in texts and e.old not in texts[e.path] and e.new in texts[e.path]
-               for e in unit.edits)
+        unit.id
+        for unit in units
+        if all(
+            e.path in texts and e.old not in texts[e.path] and e.new in texts[e.path]
+            for e in unit.edits
+        )
     }
 
 
@@ -104,8 +125,9 @@ class SimHarness:
         task_name: str = "this task",
         think: float = 1.0,
         fact_rate: float = 0.2,
-        wait_for_work: float = 30.0,
+        wait_for_work: float = 120.0,
         seed: int | None = None,
+        team_size: int = 1,
     ) -> None:
         if solution is None or not Path(solution).is_file():
             raise InvalidInput(
@@ -118,6 +140,13 @@ class SimHarness:
         self.fact_rate = fact_rate
         self.wait_for_work = wait_for_work
         self.seed = seed
+        self.team_size = max(1, int(team_size))
+        # An idle worker re-lists the claims this often (seconds); in between it only reads its
+        # delivery. A claim released or lapsed without a PATCH_SUMMARY waits that long at most.
+        self.relist_every = max(IDLE_PAUSE_MAX, self.team_size / 8)
+        self.idle_pause_max = min(
+            IDLE_PAUSE_CAP, max(IDLE_PAUSE_MAX, self.team_size / IDLE_POLLS_PER_SECOND)
+        )
         self._states: dict[str, _WorkerState] = {}
         owners: dict[str, int] = {}
         for unit in self.units:
@@ -140,7 +169,9 @@ class _Session:
         self.h = harness
         self.ctx = ctx
         self.steps = 0
-        self.client = HubClient(ctx.env["SWARM_HUB_URL"], ctx.env["SWARM_TOKEN"])
+        self.client = HubClient(
+            ctx.env["SWARM_HUB_URL"], ctx.env["SWARM_TOKEN"], timeout=HUB_TIMEOUT
+        )
         seed = harness.seed if harness.seed is not None else hash((ctx.worker, time.time()))
         self.rng = random.Random(f"{seed}-{ctx.worker}-{ctx.number}")
         self.known = harness.state(ctx.worker)
@@ -155,12 +186,48 @@ class _Session:
         return answer
 
     def learn(self, delivery: dict[str, Any] | None) -> None:
-        """Note the units peers report merged (PATCH_SUMMARY) or found on main (OBSERVED)."""
-        for entry in (delivery or {}).get("entries") or ():
+        """Note the units peers report merged (PATCH_SUMMARY) or found on main (OBSERVED), and
+        the window of entries the delivery left out (it shows the newest few and a count)."""
+        self.note_done((delivery or {}).get("entries") or ())
+        if (delivery or {}).get("more"):
+            gap = GAP_RE.search(str(delivery.get("grep", "")))  # type: ignore[union-attr]
+            if gap:
+                self.known.gaps.append((int(gap.group(1)), int(gap.group(2))))
+
+    def note_done(self, entries: Any) -> None:
+        for entry in entries:
             if entry.get("type") in ("PATCH_SUMMARY", "OBSERVED"):
                 found = DONE_RE.match(str(entry.get("body", "")))
                 if found and found.group(1) in self.by_id:
                     self.known.done.add(found.group(1))
+
+    def catch_up(self) -> None:
+        """Grep the entries deliveries left out for PATCH_SUMMARYs (one indexed query a page),
+        instead of learning about each missed merge by claiming the unit or fetching main."""
+        while self.known.gaps:
+            after = min(a for a, _b in self.known.gaps)
+            before = max(b for _a, b in self.known.gaps)
+            self.known.gaps.clear()
+            while before > after + 1:
+                # "." as the delivery's own hint says: no literal, so the hub scans just this
+                # id window (a literal such as "unit " sent every grep through the full-text
+                # index's every match: p50 0.9 s at 1,024 workers).
+                found = self.call(
+                    "GET",
+                    "/v1/grep",
+                    params={
+                        "pattern": ".",
+                        "type": ["PATCH_SUMMARY"],
+                        "after": after,
+                        "before": before,
+                        "limit": GREP_PAGE,
+                    },
+                )["result"]
+                entries = found["entries"]
+                self.note_done(entries)
+                if not found["truncated"] or not entries:
+                    break
+                before = min(int(e["id"]) for e in entries)  # newest first: page backwards
 
     def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         self.steps += 1
@@ -188,6 +255,16 @@ class _Session:
         return SessionResult(ended, steps=self.steps, detail=detail)  # type: ignore[arg-type]
 
     # -- the loop ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """A new checkout (a local clone of a seed of main): learn what is merged from the
+        context (every PATCH_SUMMARY, a few pages of one indexed grep), not by fetching main
+        through the hub, which 1,024 workers starting together made a storm of git fetches."""
+        self.known.main = self.git("rev-parse", "origin/main").stdout.strip()
+        self.known.synced = time.monotonic()
+        self.known.dirty = True
+        self.known.gaps.append((0, 2**62))
+        self.catch_up()
+
     def sync(self) -> None:
         """Bring the work branch to the hub's main, fetching only when main moved (and only
         main: fetching every worker's branch would cost each clone O(workers) refs)."""
@@ -218,30 +295,90 @@ class _Session:
             self.known.dirty = False
 
     def run(self) -> SessionResult:
-        self.ctx.channel_digest()  # the iteration starts by reading the channel
+        """Iterations of the loop, back to back, as an agent's session goes on while it has
+        steps left (a session per unit cost 4 more hub calls a unit: start, end, heartbeat,
+        channel); the session ends when no unit is free, its steps run low or it is told."""
         if not self.known.main:
-            self.sync()  # a new checkout: learn what is merged already
+            self.start()
+        merged: list[str] = []
+        started = time.monotonic()
+        limits = self.ctx.limits
+        while not self.ctx.stop.is_set():
+            if merged and (
+                self.steps + SESSION_STEP_MARGIN > limits.max_steps
+                or time.monotonic() - started > limits.max_seconds / 2
+            ):
+                break
+            # Each iteration starts by reading the channel (`sw inbox`), through this session's
+            # own client: the answer's delivery block (peers' PATCH_SUMMARYs) must reach
+            # `learn`, or the worker would go on to claim units it was told are merged.
+            self.call("GET", "/v1/inbox")
+            outcome = self.iteration()
+            if outcome is None:
+                break  # told to stop
+            ended, detail, unit_id = outcome
+            if unit_id is None:
+                if merged:  # (the detail keeps its start: the runtime reads NO_WORK_LEFT)
+                    detail = f"{detail} (merged {', '.join(merged)} first)"
+                return self.result(ended, detail)
+            merged.append(unit_id)
+        if merged:
+            return self.result("submitted", f"merged units {', '.join(merged)}")
+        return self.result("stopped", "told to stop")
+
+    def pick(self, free: list[Unit]) -> Unit:
+        """A worker starts with the units at its own place in the list (worker k of N looks
+        first at the k-th N-th of it), then takes any free one: peers reading the same (a few
+        seconds stale) claims list then rarely reach for the same unit at the same moment.
+        A habit of each worker, not an assignment: any unit stays free to anyone."""
+        units = self.h.units
+        try:
+            index = int(re.sub(r"\D", "", self.ctx.worker)) - 1
+        except ValueError:
+            return self.rng.choice(free)
+        team = self.h.team_size
+        start = (index % team) * len(units) // team
+        end = ((index % team) + 1) * len(units) // team
+        mine = {u.id for u in units[start:end]}
+        own = [u for u in free if u.id in mine]
+        return own[0] if own else self.rng.choice(free)
+
+    def iteration(self) -> tuple[str, str, str | None] | None:
+        """One turn of the loop: (ending, detail, the unit merged or None), None when told to
+        stop."""
         waited = 0.0
         pause = min(1.0, 0.2 + self.h.think / 2)
+        claimed: set[str] | None = None
+        listed = 0.0
         while not self.ctx.stop.is_set():
-            claimed = self.claimed_topics()
+            if claimed is None or time.monotonic() - listed > self.h.relist_every:
+                claimed = self.claimed_topics()
+                listed = time.monotonic()
+            else:
+                # Idle, every open unit claimed when last listed: what can change is a peer's
+                # PATCH_SUMMARY (the delivery of a cheap call says so), or a claim released or
+                # lapsed without one (seen at the next listing). 1,024 idle workers listing
+                # 1,024 claims was 40% of the hub's time.
+                self.call("GET", "/v1/whoami")
+            self.catch_up()
             open_units = [u for u in self.h.units if u.id not in self.known.done]
             if not open_units:
-                return self.result("stopped", f"{NO_WORK_LEFT}: every unit is merged on main")
+                return "stopped", f"{NO_WORK_LEFT}: every unit is merged on main", None
             free = [u for u in open_units if unit_topic(u) not in claimed]
             if not free:
                 if waited >= self.h.wait_for_work:
-                    return self.result("submitted", "every open unit is claimed by a peer")
+                    return "submitted", "every open unit is claimed by a peer", None
                 nap = pause * self.rng.uniform(0.5, 1.5)  # jitter: idle peers must not sync up
                 if not self.sleep(nap):
                     break
                 waited += nap
-                pause = min(IDLE_PAUSE_MAX, pause * 1.5)
+                pause = min(self.h.idle_pause_max, pause * 1.5)
                 continue
-            unit = self.rng.choice(free)
+            unit = self.pick(free)
             claim_id = self.claim(unit)
             if claim_id is None:
-                continue  # a peer was first: pick again
+                claimed = None  # a peer was first: list again, pick again
+                continue
             # Our claim stands, so whoever finished this unit before us has merged it and said
             # so (PATCH_SUMMARY ends the claim): ask the context, then (if need be) main.
             if self.reported_merged(unit):
@@ -257,7 +394,7 @@ class _Session:
                 self.call("POST", f"/v1/claims/{claim_id}/release")
                 continue
             return self.work(unit, claim_id)
-        return self.result("stopped", "told to stop")
+        return None
 
     def reported_merged(self, unit: Unit) -> bool:
         """Did a peer record this unit's PATCH_SUMMARY (context grep; one indexed query)?"""
@@ -298,10 +435,10 @@ class _Session:
             return None
         return mine
 
-    def work(self, unit: Unit, claim_id: int) -> SessionResult:
+    def work(self, unit: Unit, claim_id: int) -> tuple[str, str, str | None] | None:
         if not self.sleep(self.h.think * self.rng.uniform(0.5, 1.5)):
             self.call("POST", f"/v1/claims/{claim_id}/release")
-            return self.result("stopped", "told to stop")
+            return None
         self.known.dirty = True  # whatever happens next, the work branch leaves main
         try:
             changed = apply_unit(unit, self.ctx.workdir)
@@ -311,27 +448,19 @@ class _Session:
                 "OBSERVED", f"unit {unit.id} is already on main; nothing to do", refs=[claim_id]
             )
             self.call("POST", f"/v1/claims/{claim_id}/release")
-            return self.result("submitted", f"unit {unit.id} was already merged")
+            return "submitted", f"unit {unit.id} was already merged", None
         problem = self.verify(changed)
         if problem:
             self.record("FAIL", f"unit {unit.id}: verification failed: {problem}", refs=[claim_id])
-            return self.result("error", f"unit {unit.id} did not verify")
+            return "error", f"unit {unit.id} did not verify", None
         branch = f"{self.ctx.worker}/unit-{unit.id}"
         self.git("add", "--", *changed)
         self.git("commit", "-q", "--no-verify", "-m", f"unit {unit.id}: {unit.title}")
         self.git("push", "-q", "-f", "--no-verify", "origin", f"HEAD:refs/heads/{branch}")
-        pr = self.call(
-            "POST",
-            "/v1/prs",
-            json={
-                "branch": branch,
-                "title": f"unit {unit.id}: {unit.title}",
-                "body": f"Implements {unit.title} in {', '.join(changed)}. Verified: py_compile.",
-            },
-        )["result"]["pr"]
+        pr = self.open_pr(branch, unit, changed)
         merged = self.merge(int(pr["number"]), branch, claim_id, unit)
         if merged is None:
-            return self.result("error", f"unit {unit.id}: PR #{pr['number']} could not merge")
+            return "error", f"unit {unit.id}: PR #{pr['number']} could not merge", None
         self.known.done.add(unit.id)
         self.record(
             "PATCH_SUMMARY",
@@ -346,7 +475,40 @@ class _Session:
                 f"(PR #{pr['number']}).",
                 scope=list(unit.scope),
             )
-        return self.result("submitted", f"merged unit {unit.id} as PR #{pr['number']}")
+        return "submitted", f"merged unit {unit.id} as PR #{pr['number']}", unit.id
+
+    def open_pr(self, branch: str, unit: Unit, changed: list[str]) -> dict[str, Any]:
+        """Open the PR, or take up this branch's PR still open from an attempt that failed
+        (the push above updated it), as the hub's refusal says to."""
+        try:
+            return dict(
+                self.call(
+                    "POST",
+                    "/v1/prs",
+                    json={
+                        "branch": branch,
+                        "title": f"unit {unit.id}: {unit.title}",
+                        "body": f"Implements {unit.title} in {', '.join(changed)}. "
+                        "Verified: py_compile.",
+                    },
+                )["result"]["pr"]
+            )
+        except HubError as exc:
+            if exc.status != 409:
+                raise
+            mine = self.call(
+                "GET",
+                "/v1/prs",
+                params={
+                    "state": "open",
+                    "author": self.ctx.worker,
+                    "limit": 500,
+                },
+            )["result"]["prs"]
+            for pr in mine:
+                if pr.get("branch") == branch:
+                    return dict(pr)
+            raise
 
     def verify(self, changed: list[str]) -> str | None:
         for path in changed:

@@ -141,7 +141,7 @@ def print_outcome(outcome: RunOutcome) -> None:
         f"{s.get('claims', {}).get('completed', '?')} · sessions: "
         f"{s.get('sessions', {}).get('total', '?')} · cost: ${s.get('cost', 0.0):.2f}",
         f"  run directory: {outcome.run_dir}",
-        f"    hub.db (context, claims, messages, PRs) · workspace.git (the code) · eval/ · *.log",
+        "    hub.db (context, claims, messages, PRs) · workspace.git (the code) · eval/ · *.log",
         f"  inspect: swarm hub --run-dir {outcome.run_dir}   (dashboard at /dashboard)",
         f"           swarm report {outcome.run_dir}",
         f"           git -C {outcome.run_dir}/workspace.git log --oneline main",

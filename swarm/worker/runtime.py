@@ -30,6 +30,9 @@ NO_WORK_LEFT = "no work left"
 # otherwise run 256 `git http-backend`s on the hub at the same moment (and time out).
 CLONE_SLOTS = threading.BoundedSemaphore(int(os.environ.get("SWARM_CLONE_CONCURRENCY", "4")))
 CLONE_ATTEMPTS = 4
+# Seconds a worker waits for the hub's answer. A busy hub (1,024 workers on 2 cores) answers
+# in tens of seconds; a client that gives up after 60 s and retries only adds to the queue.
+HUB_TIMEOUT = float(os.environ.get("SWARM_HUB_TIMEOUT", "300"))
 _SEED_LOCK = threading.Lock()
 _SEEDS: dict[tuple[str, str], tuple[threading.Lock, Path]] = {}
 
@@ -101,14 +104,17 @@ class WorkerRuntime:
         self.status: dict[str, Any] = {}
         self.flags: dict[str, Any] = {}
         self.reported = 0.0  # time.monotonic() of the last heartbeat that reached the hub
+        self._reporting = threading.RLock()
 
     # -- set-up ---------------------------------------------------------------------------
     def register(self) -> HubClient:
-        with HubClient(self.options.hub_url, self.options.join_token) as joiner:
+        with HubClient(
+            self.options.hub_url, self.options.join_token, timeout=HUB_TIMEOUT
+        ) as joiner:
             info = joiner.register(None if self.options.model_mix else self.options.model)
         self.name = info["name"]
         self.options.model = pick_model(self.options.model, self.options.model_mix, info["id"])
-        self.client = HubClient(self.options.hub_url, info["token"])
+        self.client = HubClient(self.options.hub_url, info["token"], timeout=HUB_TIMEOUT)
         return self.client
 
     def prepare_checkout(
@@ -126,25 +132,30 @@ class WorkerRuntime:
         workdir.parent.mkdir(parents=True, exist_ok=True)
         where = client.call("GET", "/v1/workspace")["result"]
         seed = self.seed(where["clone_url"], client.token)
+        # The configuration rides on the clone (`-c`): 1,024 workers starting together spawn
+        # three git processes each instead of nine.
+        config = {
+            "user.name": self.name,
+            "user.email": f"{self.name}@swarm.invalid",
+            "gc.auto": "0",  # no surprise repacks in 1,024 checkouts
+        }
+        if not carries_credentials(where["clone_url"]):
+            config["http.extraHeader"] = f"Authorization: Bearer {client.token}"
+        if sparse:
+            config["core.sparseCheckout"] = "true"
         git(
             "clone",
             "-q",
             "--local",
             "--no-checkout",
             "--no-tags",
+            *(arg for key, value in config.items() for arg in ("-c", f"{key}={value}")),
             str(seed),
             str(workdir),
             cwd=workdir.parent,
         )
         git("remote", "set-url", "origin", where["clone_url"], cwd=workdir)
-        if not carries_credentials(where["clone_url"]):
-            git("config", "http.extraHeader", f"Authorization: Bearer {client.token}", cwd=workdir)
-        git("config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*", cwd=workdir)
-        git("config", "user.name", self.name, cwd=workdir)
-        git("config", "user.email", f"{self.name}@swarm.invalid", cwd=workdir)
-        git("config", "gc.auto", "0", cwd=workdir)  # no surprise repacks in 1,024 checkouts
         if sparse:
-            git("config", "core.sparseCheckout", "true", cwd=workdir)
             (workdir / ".git" / "info").mkdir(exist_ok=True)
             (workdir / ".git" / "info" / "sparse-checkout").write_text("/*\n!/*/\n")
         git("checkout", "-q", "-B", "main", "origin/main", cwd=workdir)
@@ -231,18 +242,42 @@ class WorkerRuntime:
     def on_step(self, action: str) -> None:
         self.status["last_action"] = action[:200]
 
-    def heartbeat(self) -> None:
-        """Report state (also a liveness signal); read the run's flags from the answer."""
-        if self.client is None:
+    def heartbeat(self, client: HubClient | None = None, *, final: bool = False) -> bool:
+        """Report state (also a liveness signal); read the run's flags from the answer.
+
+        One report at a time per worker, and none after the last: the heartbeat thread's report
+        (read as `in_session`) once reached the hub after the worker's `stopped`, overwrote it
+        and failed on the closed client (EBADF); 6 of 1,024 workers then looked alive for
+        ever."""
+        with self._reporting:
+            if self.state == "stopped" and not final:
+                return False
+            client = client or self.client
+            if client is None:
+                return False
+            try:
+                answer = client.call(
+                    "POST", "/v1/status", json={"state": self.state, "status": self.status_doc()}
+                )
+                self.reported = time.monotonic()
+                self.flags = answer["result"]
+                return True
+            except HubError as exc:
+                log.warning("%s: heartbeat failed: %s", self.name, exc.message)
+                return False
+
+    def report_stopped(self, client: HubClient) -> None:
+        """The last report (the hub releases this worker's claims on it); retried, on a
+        client of its own, while the hub does not answer."""
+        with self._reporting:
+            self.state = "stopped"
+        if self.heartbeat(client, final=True):
             return
-        try:
-            answer = self.client.call(
-                "POST", "/v1/status", json={"state": self.state, "status": self.status_doc()}
-            )
-            self.reported = time.monotonic()
-            self.flags = answer["result"]
-        except HubError as exc:
-            log.warning("%s: heartbeat failed: %s", self.name, exc.message)
+        for attempt in range(3):
+            time.sleep(1.0 + attempt)
+            with HubClient(self.options.hub_url, client.token, timeout=HUB_TIMEOUT) as fresh:
+                if self.heartbeat(fresh, final=True):
+                    return
 
     def status_doc(self) -> dict[str, Any]:
         return {**self.status, **self.totals.__dict__}
@@ -290,8 +325,7 @@ class WorkerRuntime:
             else:
                 self.status["stopped_because"] = reason
         finally:
-            self.state = "stopped"
-            self.heartbeat()  # the hub releases this worker's claims
+            self.report_stopped(client)  # the hub releases this worker's claims
             client.close()
         return self.totals
 
@@ -322,7 +356,7 @@ class WorkerRuntime:
             result = harness.run_session(ctx)
         except InvalidInput:
             raise  # a configuration problem: the person must fix it, retrying cannot
-        except Exception as exc:  # noqa: BLE001 - a session's failure must not kill the worker
+        except Exception as exc:
             log.exception("%s: session %s failed", self.name, started["number"])
             result = SessionResult("error", detail=f"{type(exc).__name__}: {exc}")
         client.call(

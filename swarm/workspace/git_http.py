@@ -108,6 +108,12 @@ def _cgi_env(git_dir: Path, request: Request, path: str, worker: Worker) -> dict
         "QUERY_STRING": request.url.query,
         "REQUEST_METHOD": request.method,
         "CONTENT_TYPE": request.headers.get("content-type", ""),
+        # No `git gc --auto` after a push: its `pack-refs` locks every ref, main included, and
+        # a merge moving main at that moment failed ("failed to lock refs/heads/main.lock"; seen
+        # at 1,024 workers, whose 1,024 branches passed gc's loose-ref threshold).
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "receive.autogc",
+        "GIT_CONFIG_VALUE_0": "false",
     }
     # Without CONTENT_LENGTH (a chunked push) http-backend reads the body to its end.
     optional = {
