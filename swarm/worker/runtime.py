@@ -34,7 +34,7 @@ CLONE_ATTEMPTS = 4
 # in tens of seconds; a client that gives up after 60 s and retries only adds to the queue.
 HUB_TIMEOUT = float(os.environ.get("SWARM_HUB_TIMEOUT", "300"))
 _SEED_LOCK = threading.Lock()
-_SEEDS: dict[tuple[str, str], tuple[threading.Lock, Path]] = {}
+_SEEDS: dict[str, tuple[threading.Lock, Path]] = {}
 
 
 @dataclass
@@ -175,7 +175,8 @@ class WorkerRuntime:
 
     def seed(self, url: str, token: str) -> Path:
         """The process's bare clone of main through the hub, made once (see prepare_checkout)."""
-        key = (url, str(self.options.workdir_root))
+        # One seed per process and directory: clone URLs may differ per worker (credentials).
+        key = str(self.options.workdir_root)
         with _SEED_LOCK:
             lock = _SEEDS.setdefault(
                 key, (threading.Lock(), self.options.workdir_root / f".seed-{os.getpid()}.git")
