@@ -100,7 +100,7 @@ def execute(plan: RunPlan, *, quiet: bool = False) -> RunOutcome:
 
 
 def _watch(run: Run, interrupted: list[str], *, live: bool, quiet: bool) -> str:
-    """Poll until the run should end; a live panel on a terminal, a line every 10 s otherwise."""
+    """Poll until the run should end; a live panel on a terminal, a panel every 5 s otherwise."""
     display = Live(console=console, refresh_per_second=2, transient=False) if live else None
     last_print = 0.0
     if display:
@@ -115,7 +115,7 @@ def _watch(run: Run, interrupted: list[str], *, live: bool, quiet: bool) -> str:
             summary = run.summary()
             if display:
                 display.update(_progress(run, summary))
-            elif not quiet and time.time() - last_print > 10:
+            elif not quiet and time.time() - last_print > 5:
                 console.print(_progress(run, summary))
                 last_print = time.time()
             time.sleep(0.5)
@@ -227,7 +227,9 @@ def run_command(task_dir: Path, quiet: bool, **options: Any) -> None:
 
 @click.command()
 @click.option("--workers", "-n", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option("--think", type=float, default=0.5, show_default=True)
+@click.option(
+    "--think", type=float, default=2.0, show_default=True, help="Seconds each unit of work takes."
+)
 @click.option("--run-dir", type=click.Path(path_type=Path), help="Default: runs/demo-<time>.")
 @click.option("--quiet", is_flag=True)
 def demo_command(workers: int, think: float, run_dir: Path | None, quiet: bool) -> None:
