@@ -54,7 +54,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
             raw = tomllib.loads(path.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
             raw = {}
-    # The lead's format may nest settings under [run]/[budget]; accept both shapes.
+    # Accept settings at the top level or nested under [run]/[budget].
     run = {**raw, **(raw.get("run") or {})} if isinstance(raw.get("run"), dict) else dict(raw)
     budget = run.get("budget")
     budget_table = budget if isinstance(budget, dict) else {}
