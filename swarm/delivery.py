@@ -13,7 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from swarm.context.model import Entry, EntryDelivery, EntryType
+from swarm.context.model import Entry, EntryDelivery
+from swarm.context.store import entry_from_row
 from swarm.db import Database
 from swarm.messages.ports import Message
 
@@ -48,12 +49,6 @@ class Delivery:
 
 
 EMPTY = Delivery(EntryDelivery(), ())
-
-
-def _entry(row: Any) -> Entry:
-    refs = tuple(int(r) for r in row.refs.split(",")) if row.refs else ()
-    scope = tuple(row.scope.split("\n")) if row.scope else ()
-    return Entry(row.id, row.created_at, row.author, EntryType(row.type), row.body, scope, refs)
 
 
 class Deliverer:
@@ -93,7 +88,7 @@ class Deliverer:
             window = {"c": cursor, "h": head, "w": worker_id}
             if self.cap > 0:
                 rows = conn.execute(ENTRIES, {**window, "cap": self.cap}).all()
-                shown = tuple(_entry(r) for r in rows)
+                shown = tuple(entry_from_row(r) for r in rows)
             if len(shown) == self.cap:
                 more = int(conn.execute(COUNT, window).scalar_one()) - len(shown)
         messages: tuple[Message, ...] = ()

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from swarm.context import ContextStore, EntryType
 from swarm.context.schema import claims, entries
 from swarm.db import Database
+from swarm.delivery import Deliverer
 from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
 from swarm.registry import Registry
 
@@ -145,12 +146,13 @@ def test_delivery_shows_peers_newest_first_exactly_once(
     b, _ = registry.register()
     ids = [store.append(a.id, "OBSERVED", f"finding {i}").entry.id for i in range(5)]
     store.append(b.id, "OBSERVED", "b's own")
-    got = store.deliver(b.id, cap=3)
+    deliver = Deliverer(store.db, cap=3, with_messages=True)
+    got = deliver.collect(b.id).entries
     assert [e.id for e in got.shown] == ids[::-1][:3]
     assert got.more == 2 and (got.first_id, got.last_id) == (ids[0], ids[-1] + 1)
-    assert store.deliver(b.id, cap=3).shown == ()
+    assert deliver.collect(b.id).entries.shown == ()
     again = store.append(a.id, "FACT", "later").entry
-    assert [e.id for e in store.deliver(b.id, cap=3).shown] == [again.id]
+    assert [e.id for e in deliver.collect(b.id).entries.shown] == [again.id]
 
 
 def test_feed_pages_through_everything_in_order(store: ContextStore, registry: Registry) -> None:

@@ -10,7 +10,6 @@ from sqlalchemy import (
     Connection,
     Row,
     Select,
-    and_,
     func,
     insert,
     or_,
@@ -25,7 +24,6 @@ from swarm.context.model import (
     AppendResult,
     Claim,
     Entry,
-    EntryDelivery,
     EntryType,
     GrepResult,
 )
@@ -43,7 +41,8 @@ PROBE_MAX = 65536  # ... and how far that walk may go when the literal is seen i
 FIRST_BATCH = 64  # the first batch is small: a grep usually wants only `limit` rows
 ENDING_TYPES = (EntryType.PATCH_SUMMARY, EntryType.FAIL)
 
-_ENTRY_COLUMNS = (
+# Entries with their author's name; statements are immutable, so every query starts from it.
+ENTRY_SELECT: Select[Any] = select(
     entries.c.id,
     entries.c.created_at,
     workers.c.name.label("author"),
@@ -51,22 +50,19 @@ _ENTRY_COLUMNS = (
     entries.c.body,
     entries.c.scope,
     entries.c.refs,
-)
+).join(workers, workers.c.id == entries.c.author_id)
 
 
 def _split(value: str) -> tuple[str, ...]:
     return tuple(value.split("\n")) if value else ()
 
 
-def _entry(row: Row[Any]) -> Entry:
+def entry_from_row(row: Row[Any]) -> Entry:
+    """An Entry from a row of ENTRY_SELECT (or any row with the same columns)."""
     refs = tuple(int(r) for r in row.refs.split(",")) if row.refs else ()
     return Entry(
         row.id, row.created_at, row.author, EntryType(row.type), row.body, _split(row.scope), refs
     )
-
-
-def _entry_select() -> Select[Any]:
-    return select(*_ENTRY_COLUMNS).join(workers, workers.c.id == entries.c.author_id)
 
 
 def parse_type(value: str) -> EntryType:
@@ -346,21 +342,20 @@ class ContextStore:
 
     def get(self, entry_id: int) -> Entry:
         with self.db.read() as conn:
-            row = conn.execute(_entry_select().where(entries.c.id == entry_id)).first()
+            row = conn.execute(ENTRY_SELECT.where(entries.c.id == entry_id)).first()
         if row is None:
             raise NotFound(f"no entry #{entry_id}; `sw tail` shows the newest ids")
-        return _entry(row)
+        return entry_from_row(row)
 
     def referrers(self, entry_id: int) -> list[Entry]:
         """Entries that refer to `entry_id` (e.g. the PATCH_SUMMARY that completed a CLAIM)."""
         with self.db.read() as conn:
             rows = conn.execute(
-                _entry_select()
-                .join(entry_refs, entry_refs.c.entry_id == entries.c.id)
+                ENTRY_SELECT.join(entry_refs, entry_refs.c.entry_id == entries.c.id)
                 .where(entry_refs.c.ref_id == entry_id)
                 .order_by(entries.c.id)
             ).all()
-        return [_entry(r) for r in rows]
+        return [entry_from_row(r) for r in rows]
 
     def head(self) -> int:
         with self.db.read() as conn:
@@ -374,13 +369,13 @@ class ContextStore:
         author_id: int | None = None,
     ) -> list[Entry]:
         """The newest entries, newest first."""
-        query = _entry_select().order_by(entries.c.id.desc()).limit(max(1, min(limit, 500)))
+        query = ENTRY_SELECT.order_by(entries.c.id.desc()).limit(max(1, min(limit, 500)))
         if types:
             query = query.where(entries.c.type.in_([t.value for t in types]))
         if author_id is not None:
             query = query.where(entries.c.author_id == author_id)
         with self.db.read() as conn:
-            return [_entry(r) for r in conn.execute(query).all()]
+            return [entry_from_row(r) for r in conn.execute(query).all()]
 
     def count_by_type(self) -> dict[str, int]:
         with self.db.read() as conn:
@@ -405,40 +400,6 @@ class ContextStore:
             head = conn.execute(select(func.coalesce(func.max(entries.c.id), 0))).scalar_one()
         return int(cursor), int(head)
 
-    def deliver(self, worker_id: int, cap: int) -> EntryDelivery:
-        """Peers' entries new since the worker's cursor: the newest `cap` of them, and a count of
-        the rest. The cursor moves to the head by compare-and-swap, so two concurrent calls of
-        one worker never show the same entry twice; every id up to a visible head is committed
-        (ids are drawn in commit order), so nothing is skipped."""
-        while True:
-            cursor, head = self._cursor_and_head(worker_id)
-            if head <= cursor:
-                return EntryDelivery()
-            window = and_(
-                entries.c.id > cursor, entries.c.id <= head, entries.c.author_id != worker_id
-            )
-            with self.db.read() as conn:
-                rows = (
-                    conn.execute(
-                        _entry_select().where(window).order_by(entries.c.id.desc()).limit(cap)
-                    ).all()
-                    if cap > 0
-                    else []
-                )
-                total = len(rows)
-                if cap == 0 or total == cap:
-                    total = int(
-                        conn.execute(
-                            select(func.count()).select_from(entries).where(window)
-                        ).scalar_one()
-                    )
-            with self.db.write() as conn:
-                if not self._advance(conn, worker_id, cursor, head):
-                    continue  # another call of this worker moved the cursor first: start again
-            return EntryDelivery(
-                tuple(_entry(r) for r in rows), total - len(rows), cursor + 1, head
-            )
-
     def feed(self, worker_id: int, limit: int = 100) -> list[Entry]:
         """Every peer entry after the cursor, oldest first, at most `limit`; the cursor moves
         past exactly what was returned (nothing is skipped, nothing repeats)."""
@@ -449,8 +410,7 @@ class ContextStore:
                 return []
             with self.db.read() as conn:
                 rows = conn.execute(
-                    _entry_select()
-                    .where(
+                    ENTRY_SELECT.where(
                         entries.c.id > cursor,
                         entries.c.id <= head,
                         entries.c.author_id != worker_id,
@@ -462,7 +422,7 @@ class ContextStore:
             with self.db.write() as conn:
                 if not self._advance(conn, worker_id, cursor, new_cursor):
                     continue
-            return [_entry(r) for r in rows]
+            return [entry_from_row(r) for r in rows]
 
     # ------------------------------------------------------------------ grep
 
@@ -504,7 +464,7 @@ class ContextStore:
             for row in batch:
                 scanned += 1
                 if compiled.search(f"{row.body}\n{row.scope}" if row.scope else row.body):
-                    found.append(_entry(row))
+                    found.append(entry_from_row(row))
                     if len(found) > limit:
                         return GrepResult(
                             tuple(found[:limit]), True, bool(compiled.literals), scanned
@@ -539,8 +499,7 @@ class ContextStore:
 
                 def probe(high: int, low: int) -> list[Row[Any]]:
                     query = (
-                        _entry_select()
-                        .where(*filters, entries.c.id < high, entries.c.id > low)
+                        ENTRY_SELECT.where(*filters, entries.c.id < high, entries.c.id > low)
                         .where(*literal_filters)
                         .order_by(entries.c.id.desc())
                     )
@@ -573,7 +532,7 @@ class ContextStore:
                     ids = self._fts_ids(conn, pattern.literals, upper, size)
                     if not ids:
                         return
-                    query = _entry_select().where(entries.c.id.in_(ids), *filters)
+                    query = ENTRY_SELECT.where(entries.c.id.in_(ids), *filters)
                     rows = list(conn.execute(query.order_by(entries.c.id.desc())).all())
                     if rows:
                         yield list(rows)
@@ -581,7 +540,7 @@ class ContextStore:
                         return
                     upper = ids[-1]
                 else:
-                    query = _entry_select().where(*filters)
+                    query = ENTRY_SELECT.where(*filters)
                     if upper is not None:
                         query = query.where(entries.c.id < upper)
                     if pattern.literals:

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import func, or_, select
 
 from swarm.context.schema import entries, workers
+from swarm.context.store import ENTRY_SELECT
 from swarm.dashboard.queries import (
-    ENTRY_SELECT,
     MESSAGE_SELECT,
     DashboardQueries,
     liveness,

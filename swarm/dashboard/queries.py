@@ -11,6 +11,7 @@ from sqlalchemy.orm import aliased
 
 from swarm.context.counts import claim_counts
 from swarm.context.schema import claims, entries, workers
+from swarm.context.store import ENTRY_SELECT
 from swarm.dashboard.counters import RunCounters
 from swarm.db import Database
 from swarm.evaluation.schema import checkpoints
@@ -75,16 +76,6 @@ def _claim(row: Any, now: float) -> dict[str, Any]:
         "state": state,
     }
 
-
-ENTRY_SELECT = select(
-    entries.c.id,
-    entries.c.created_at,
-    workers.c.name.label("author"),
-    entries.c.type,
-    entries.c.body,
-    entries.c.scope,
-    entries.c.refs,
-).join(workers, workers.c.id == entries.c.author_id)
 
 CLAIM_SELECT = (
     select(claims, workers.c.name.label("owner"), entries.c.body.label("body"))

@@ -12,7 +12,7 @@ from sqlalchemy.orm import aliased
 from swarm.context.schema import workers
 from swarm.db import Database
 from swarm.errors import InvalidInput
-from swarm.messages.ports import TASKS_CHANNEL, ChannelDigest, Message
+from swarm.messages.ports import TASKS_CHANNEL, ChannelDigest, Message, check_body
 from swarm.messages.schema import messages
 from swarm.registry import Worker
 
@@ -28,13 +28,7 @@ class LocalMessages:
         self.size_limit = size_limit
 
     def _check(self, body: object) -> str:
-        if not isinstance(body, str) or not body.strip():
-            raise InvalidInput("the message is empty")
-        if len(body) > self.size_limit:
-            raise InvalidInput(
-                f"the message is {len(body)} characters; the limit is {self.size_limit}"
-            )
-        return body.strip()
+        return check_body(body, self.size_limit)
 
     def _insert(self, author: Worker | str, body: str, **target: Any) -> Message:
         body = self._check(body)

@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from swarm.config import Settings
 from swarm.db import Database, metadata
 from swarm.errors import Forbidden, InvalidInput, NotFound, SwarmError, Unauthorized, Unavailable
-from swarm.messages.ports import TASKS_CHANNEL, ChannelDigest, Message
+from swarm.messages.ports import TASKS_CHANNEL, ChannelDigest, Message, check_body
 from swarm.registry import Worker
 
 CHANNEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -206,13 +206,7 @@ class MattermostMessages:
     # --- the port ---
 
     def _check(self, body: object) -> str:
-        if not isinstance(body, str) or not body.strip():
-            raise InvalidInput("the message is empty")
-        if len(body) > self.size_limit:
-            raise InvalidInput(
-                f"the message is {len(body)} characters; the limit is {self.size_limit}"
-            )
-        return body.strip()
+        return check_body(body, self.size_limit)
 
     def _send(self, author: Worker | str, channel_id: str, body: str) -> dict[str, Any]:
         with _translated():

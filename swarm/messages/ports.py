@@ -11,10 +11,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from swarm.errors import InvalidInput
 from swarm.registry import Worker
 
 TASKS_CHANNEL = "tasks"
 HUB_AUTHOR = "hub"  # messages the infrastructure itself sends (e.g. claim overlaps)
+
+
+def check_body(body: object, limit: int) -> str:
+    """A message body as every adapter accepts it: not empty, at most `limit` characters."""
+    if not isinstance(body, str) or not body.strip():
+        raise InvalidInput("the message is empty")
+    if len(body) > limit:
+        raise InvalidInput(f"the message is {len(body)} characters; the limit is {limit}")
+    return body.strip()
 
 
 @dataclass(frozen=True)
