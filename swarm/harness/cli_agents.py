@@ -7,6 +7,7 @@ process runs in its own process group, which is killed on the wall-time limit or
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -45,7 +46,7 @@ def _tail(text: str, limit: int = 1500) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-class CliAgentHarness:
+class CliAgentHarness(abc.ABC):
     """Shared by the CLI harnesses: start the CLI, watch limits, map its exit onto an ending."""
 
     name = ""
@@ -69,17 +70,20 @@ class CliAgentHarness:
         self.log_dir = Path(log_dir) if log_dir else None
 
     # --- what differs between the CLIs ---
+    @abc.abstractmethod
     def argv(self, executable: str, ctx: SessionContext, prompt: str) -> list[str]:
-        raise NotImplementedError
+        """The command line that runs one session non-interactively."""
 
     def extra_env(self, ctx: SessionContext) -> dict[str, str]:
         return {}
 
     def read_line(self, line: str, outcome: Outcome, ctx: SessionContext) -> None:
-        """Called for each line of standard output as it arrives."""
+        """Called for each line of standard output as it arrives (optional hook)."""
+        return None
 
     def finish(self, outcome: Outcome) -> None:
         """Called once after the process ended, with every output line in `outcome.lines`."""
+        return None
 
     # --- shared ---
     def resolve(self, env: dict[str, str]) -> str:

@@ -9,10 +9,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from swarm import __version__
+from swarm import __version__, dashboard
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
-from swarm.hub.routes import context, messages, run, workers
+from swarm.hub.routes import context, messages, run, workers, workspace
 from swarm.hub.timing import install_timing
 
 
@@ -26,7 +26,8 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     for router in (workers.router, context.router, messages.router, run.router):
         _add_routes(app, router)
-    _mount_optional(app, runtime)
+    workspace.mount(app, runtime)
+    dashboard.mount(app, runtime)
     install_timing(app, runtime)  # per-route latency histogram, written on shutdown
 
     @app.exception_handler(SwarmError)
@@ -66,18 +67,3 @@ def _add_routes(app: FastAPI, router: APIRouter) -> None:
     """Add a router's routes to the app itself. `include_router` would wrap them in a layer that
     rebuilds each route's context on every request (a third of a call's CPU, measured)."""
     app.router.routes.extend(router.routes)
-
-
-def _mount_optional(app: FastAPI, runtime: Runtime) -> None:
-    """Routes of parts that may be absent (imported lazily so a missing extra is not fatal)."""
-    try:
-        from swarm.hub.routes import workspace
-    except ImportError:
-        pass
-    else:
-        workspace.mount(app, runtime)
-    try:
-        from swarm import dashboard
-    except ImportError:
-        return
-    dashboard.mount(app, runtime)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -117,11 +118,9 @@ class HubProcess:
             if self.process.poll() is not None:
                 tail = (self.run_dir / "hub.log").read_text()[-2000:]
                 raise RuntimeError(f"the hub exited with {self.process.returncode}:\n{tail}")
-            try:
+            with contextlib.suppress(httpx.TransportError):  # not listening yet
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return self
-            except httpx.TransportError:
-                pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the hub did not answer on {self.url} within {timeout}s")
             time.sleep(0.05)

@@ -95,7 +95,7 @@ class SwGroup(click.Group):
 
 @click.group(cls=SwGroup, help=TOP_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 def sw() -> None:
-    pass
+    """The group itself does nothing: its commands do (see TOP_HELP)."""
 
 
 def _entries_text(result: dict[str, Any], full: bool = False) -> str:

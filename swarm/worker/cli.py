@@ -24,12 +24,18 @@ def _be_nice() -> None:
     it got a small share among a thousand worker threads and their git processes (which
     inherit the niceness), and every worker waited on it. Model-backed workers mostly wait on
     the model and lose nothing."""
+    raw = os.environ.get("SWARM_WORKER_NICE", "10")
     try:
-        increment = int(os.environ.get("SWARM_WORKER_NICE", "10"))
-        if increment > 0:
+        increment = int(raw)
+    except ValueError:
+        raise click.UsageError(
+            f"SWARM_WORKER_NICE={raw!r} is not a whole number; use e.g. 10, or 0 for no change"
+        ) from None
+    if increment > 0:
+        try:
             os.nice(increment)
-    except (ValueError, OSError):
-        pass
+        except OSError as exc:  # a sandbox may refuse; the workers still run, just not nicer
+            logging.getLogger("swarm.worker").warning("could not lower priority: %s", exc)
 
 
 @click.command()
