@@ -351,9 +351,16 @@ for line in io.lines(os.getenv("SWARM_BENCH_TOKENS")) do tokens[#tokens + 1] = l
 local method = os.getenv("SWARM_BENCH_METHOD")
 local path = os.getenv("SWARM_BENCH_PATH")
 local body = os.getenv("SWARM_BENCH_BODY")
+local pace_ms = tonumber(os.getenv("SWARM_BENCH_PACE_MS") or "0")
 local counter = 0
 function setup(thread) thread:set("offset", counter * 7919); counter = counter + 1 end
-function init(args) n = offset or 0 end
+function init(args) n = offset or 0; math.randomseed(os.time() + n) end
+if pace_ms > 0 then
+  -- Paced clients: after each answer a connection waits an exponential time with mean
+  -- pace_ms (independent arrivals, as from agents that think between calls). wrk starts the
+  -- latency clock when the request is sent, after the wait.
+  function delay() return math.floor(-pace_ms * math.log(1 - math.random())) end
+end
 function request()
   n = n + 1
   local headers = {}
@@ -392,9 +399,12 @@ def load_wrk(
     warmup: float = 2.0,
     duration: float = 10.0,
     scratch: Path,
+    pace: float = 0.0,
 ) -> LoadResult:
-    """Closed-loop load with wrk (C, epoll): `connections` keep-alive connections, tokens
-    rotated per request. `NNN` in the body becomes a request counter. A short warm-up run first."""
+    """Load with wrk (C, epoll): `connections` keep-alive connections, tokens rotated per
+    request; closed loop, or with `pace`, each connection waiting an exponential time of mean
+    `pace` seconds after each answer. `NNN` in the body becomes a request counter. A short
+    warm-up run first."""
     tokens_file = scratch / "tokens.txt"
     tokens_file.write_text("\n".join(tokens) + "\n")
     script = scratch / "bench.lua"
@@ -405,6 +415,7 @@ def load_wrk(
         "SWARM_BENCH_METHOD": method,
         "SWARM_BENCH_PATH": path,
         "SWARM_BENCH_BODY": body,
+        "SWARM_BENCH_PACE_MS": str(round(pace * 1000)),
     }
 
     def run(seconds: float) -> tuple[dict[str, Any], float, float]:

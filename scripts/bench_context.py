@@ -256,22 +256,39 @@ def throughput(
             if appends.errors or ping.errors:
                 figures.add("errors (ping + append)", appends.errors + ping.errors, "count", **tag)
         # Agents call the hub between steps, not back to back: the latency a worker sees when
-        # every one of the clients appends once per PACE seconds.
+        # each of the clients appends about once per PACE seconds (exponential waits).
+        paced_tool = "wrk" if "wrk" in tools else "httpx"
         figures.log(f"{engine}/paced: {clients} clients, one append each per {PACE}s")
-        paced = B.load_httpx(
-            hub,
-            tokens,
-            "POST",
-            "/v1/entries",
-            append_body,
-            warmup=warmup,
-            duration=seconds,
-            interval=PACE,
-        )
-        tag = {"engine": engine, "load": f"paced {PACE}s"}
+        if paced_tool == "wrk":
+            paced = B.load_wrk(
+                hub,
+                tokens,
+                "POST",
+                "/v1/entries",
+                WRK_BODY,
+                connections=clients,
+                warmup=warmup,
+                duration=seconds,
+                scratch=work,
+                pace=PACE,
+            )
+        else:
+            paced = B.load_httpx(
+                hub,
+                tokens,
+                "POST",
+                "/v1/entries",
+                append_body,
+                warmup=warmup,
+                duration=seconds,
+                interval=PACE,
+            )
+        tag = {"engine": engine, "load": f"{paced_tool} paced {PACE}s"}
         figures.add("paced appends/s", paced.rate, "req/s", **tag)
         figures.add("paced append p50", paced.p50_ms, "ms", **tag)
         figures.add("paced append p99", paced.p99_ms, "ms", "target < 100", **tag)
+        if paced.errors:
+            figures.add("errors (paced)", paced.errors, "count", **tag)
 
 
 # ---------------------------------------------------------------------------- grep

@@ -50,6 +50,19 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class PendingEntry:
+    """An entry that passed every check that needs no database, waiting to be written."""
+
+    author_id: int
+    author_name: str | None
+    type: EntryType
+    body: str
+    scope: tuple[str, ...]
+    refs: tuple[int, ...]
+    lease: float  # for a CLAIM: seconds
+
+
+@dataclass(frozen=True)
 class AppendResult:
     entry: Entry
     overlaps: tuple[Claim, ...] = ()  # active claims of others that overlap a new CLAIM

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -26,13 +26,14 @@ from swarm.context.model import (
     Entry,
     EntryType,
     GrepResult,
+    PendingEntry,
 )
 from swarm.context.schema import claims, entries, entry_refs, workers
 from swarm.db import Database
 from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
 
-# Built once: constructing the statement cost more than executing it (measured).
-INSERT_ENTRY = insert(entries).returning(entries.c.id)
+# Built once: constructing a statement can cost more than executing it (measured).
+INSERT_ENTRIES = insert(entries).returning(entries.c.id)
 MAX_REFS = 32
 MAX_GREP_LIMIT = 500
 SCAN_BATCH = 2000
@@ -104,8 +105,26 @@ class ContextStore:
     ) -> AppendResult:
         """Record one entry. A CLAIM also opens a claim; a PATCH_SUMMARY or FAIL that refers to
         the author's own claim ends it. Everything is checked before anything is written."""
+        pending = self.prepare(author_id, type, body, scope, refs, lease_seconds, author_name)
+        with self.db.write_in(conn) as conn:
+            problem = self.missing_refs(conn, [pending])[0]
+            if problem is not None:
+                raise problem
+            return self.write_many(conn, [pending])[0]
+
+    def prepare(
+        self,
+        author_id: int,
+        type: EntryType | str,
+        body: object,
+        scope: object = None,
+        refs: object = None,
+        lease_seconds: float | None = None,
+        author_name: str | None = None,
+    ) -> PendingEntry:
+        """Check an entry that is about to be written (InvalidInput says what is wrong)."""
         kind = type if isinstance(type, EntryType) else parse_type(type)
-        body = self._check_body(body)
+        text_ = self._check_body(body)
         items = scopes.normalize(scope)
         ref_ids = self._check_refs(refs)
         if kind is EntryType.CLAIM and not items:
@@ -113,54 +132,108 @@ class ContextStore:
                 "a CLAIM needs a scope: the paths, globs or topic:<name> you will work on"
             )
         lease = self._check_lease(lease_seconds)
-        now = self.clock()
-        with self.db.write_in(conn) as conn:
-            self._require_entries(conn, ref_ids)
-            entry_id = conn.execute(
-                INSERT_ENTRY,
-                {
-                    "created_at": now,
-                    "author_id": author_id,
-                    "type": kind.value,
-                    "body": body,
-                    "scope": "\n".join(items),
-                    "refs": ",".join(str(r) for r in ref_ids),
-                },
-            ).scalar_one()
-            if ref_ids:
-                conn.execute(
-                    insert(entry_refs), [{"entry_id": entry_id, "ref_id": r} for r in ref_ids]
+        return PendingEntry(author_id, author_name, kind, text_, items, ref_ids, lease)
+
+    @staticmethod
+    def missing_refs(conn: Connection, pending: Sequence[PendingEntry]) -> list[NotFound | None]:
+        """For each pending entry, the error if it refers to entries that do not exist (one
+        query for all of them; entries are never deleted, so the answer holds until commit)."""
+        wanted = {r for p in pending for r in p.refs}
+        found: set[int] = set()
+        if wanted:
+            query = select(entries.c.id).where(entries.c.id.in_(wanted))
+            found = set(conn.execute(query).scalars())
+        problems: list[NotFound | None] = []
+        for p in pending:
+            missing = sorted(set(p.refs) - found)
+            problems.append(
+                NotFound(
+                    "refs name entries that do not exist: "
+                    + ", ".join("#" + str(m) for m in missing)
                 )
+                if missing
+                else None
+            )
+        return problems
+
+    def write_many(self, conn: Connection, pending: Sequence[PendingEntry]) -> list[AppendResult]:
+        """Write checked entries (see `missing_refs`) in order, in the caller's write transaction:
+        one INSERT for all of them, then claims opened and ended in the same order, so of two
+        claims racing for one scope the later one always sees the earlier."""
+        if not pending:
+            return []
+        now = self.clock()
+        rows = [
+            {
+                "created_at": now,
+                "author_id": p.author_id,
+                "type": p.type.value,
+                "body": p.body,
+                "scope": "\n".join(p.scope),
+                "refs": ",".join(str(r) for r in p.refs),
+            }
+            for p in pending
+        ]
+        # SQLAlchemy sends the rows as one multi-row INSERT (insertmanyvalues). Rows get their
+        # ids in VALUES order on both engines (SQLite's single writer; the PostgreSQL id trigger
+        # runs row by row under its lock), whatever order RETURNING answers them in.
+        ids = sorted(conn.execute(INSERT_ENTRIES, rows).scalars())
+        if len(ids) != len(pending):
+            raise RuntimeError(f"inserted {len(pending)} entries but got {len(ids)} ids back")
+        ref_rows = [
+            {"entry_id": entry_id, "ref_id": r}
+            for entry_id, p in zip(ids, pending, strict=True)
+            for r in p.refs
+        ]
+        if ref_rows:
+            conn.execute(insert(entry_refs), ref_rows)
+        names = {p.author_id: p.author_name for p in pending if p.author_name}
+        unnamed = {p.author_id for p in pending} - names.keys()
+        if unnamed:
+            query = select(workers.c.id, workers.c.name).where(workers.c.id.in_(unnamed))
+            names.update((row.id, row.name) for row in conn.execute(query))
+        active: list[Claim] | None = None  # read once, after our INSERT took the id lock
+        results = []
+        for entry_id, p in zip(ids, pending, strict=True):
             overlaps: tuple[Claim, ...] = ()
             ended: tuple[Claim, ...] = ()
-            if kind is EntryType.CLAIM:
-                # Read the others' claims after our insert took the id lock, so of two claims
-                # racing for one scope the later one always sees the earlier.
+            if p.type is EntryType.CLAIM:
+                if active is None:
+                    active = self._active_claims(conn, now)
                 overlaps = tuple(
                     c
-                    for c in self._active_claims(conn, now)
-                    if c.owner_id != author_id and scopes.overlaps(items, c.scope)
+                    for c in active
+                    if c.owner_id != p.author_id and scopes.overlaps(p.scope, c.scope)
                 )
                 conn.execute(
                     insert(claims).values(
                         id=entry_id,
-                        owner_id=author_id,
-                        scope="\n".join(items),
+                        owner_id=p.author_id,
+                        scope="\n".join(p.scope),
                         created_at=now,
-                        lease_until=now + lease,
+                        lease_until=now + p.lease,
                     )
                 )
-            elif kind in ENDING_TYPES and ref_ids:
-                reason = "completed" if kind is EntryType.PATCH_SUMMARY else "failed"
-                ended = self._end_claims(conn, author_id, ref_ids, reason, entry_id, now)
-            author = (
-                author_name
-                or conn.execute(
-                    select(workers.c.name).where(workers.c.id == author_id)
-                ).scalar_one()
-            )
-        entry = Entry(entry_id, now, author, kind, body, items, ref_ids)
-        return AppendResult(entry, overlaps, ended)
+                active.append(
+                    Claim(
+                        entry_id,
+                        names[p.author_id],
+                        p.author_id,
+                        p.scope,
+                        now,
+                        now + p.lease,
+                        body=p.body,
+                    )
+                )
+            elif p.type in ENDING_TYPES and p.refs:
+                reason = "completed" if p.type is EntryType.PATCH_SUMMARY else "failed"
+                ended = self._end_claims(conn, p.author_id, p.refs, reason, entry_id, now)
+                if active is not None and ended:
+                    gone = {c.id for c in ended}
+                    active = [c for c in active if c.id not in gone]
+            entry = Entry(entry_id, now, names[p.author_id], p.type, p.body, p.scope, p.refs)
+            results.append(AppendResult(entry, overlaps, ended))
+        return results
 
     def _check_body(self, body: object) -> str:
         if not isinstance(body, str) or not body.strip():
@@ -194,18 +267,6 @@ class ContextStore:
         if not 1 <= seconds <= 86400:
             raise InvalidInput(f"a lease is 1 to 86400 seconds; got {seconds}")
         return float(seconds)
-
-    @staticmethod
-    def _require_entries(conn: Connection, ids: Iterable[int]) -> None:
-        wanted = set(ids)
-        if not wanted:
-            return
-        found = set(conn.execute(select(entries.c.id).where(entries.c.id.in_(wanted))).scalars())
-        missing = sorted(wanted - found)
-        if missing:
-            raise NotFound(
-                f"refs name entries that do not exist: {', '.join('#' + str(m) for m in missing)}"
-            )
 
     def _end_claims(
         self,

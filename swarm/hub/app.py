@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from swarm import __version__, dashboard
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
+from swarm.hub.group_commit import GroupCommit
 from swarm.hub.routes import context, messages, run, workers, workspace
 from swarm.hub.timing import install_timing
 
@@ -23,6 +24,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         description="Shared context, messages and workspace for a swarm of coding agents.",
     )
     app.state.runtime = runtime
+    app.state.group_commit = group_commit = GroupCommit(runtime)
+    app.router.on_shutdown.append(group_commit.close)
 
     for router in (workers.router, context.router, messages.router, run.router):
         _add_routes(app, router)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from swarm.bootstrap import Runtime
 from swarm.context import EntryType, parse_type
-from swarm.context.model import Claim
+from swarm.context.model import AppendResult
 from swarm.hub import serialize
 from swarm.hub.delivery import answer, delivery_block
 from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, short_call
+from swarm.hub.group_commit import GroupCommit
 from swarm.registry import Worker
 
 router = APIRouter(prefix="/v1", tags=["context"])
@@ -31,9 +33,10 @@ class RenewIn(BaseModel):
     lease_seconds: float | None = None
 
 
-def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list[Claim]) -> None:
+def _notify_overlaps(runtime: Runtime, claimer: Worker, made: AppendResult) -> None:
     """Tell the owner of each overlapping claim, by a DM from the hub, naming both claims."""
-    for other in others:
+    new = runtime.context.claim(made.entry.id)
+    for other in made.overlaps:
         owner = runtime.registry.by_name(other.owner)
         runtime.messages.direct(
             "hub",
@@ -46,35 +49,32 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, new: Claim, others: list
 
 
 @router.post("/entries", summary="Record an entry (a CLAIM also opens a claim)")
-@short_call
-def record(body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
+async def record(
+    body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep, request: Request
+) -> dict[str, Any]:
     now = runtime.clock()
-    # The entry and the caller's delivery block share one transaction: one commit per call.
-    # The block is read first, so on PostgreSQL the commit-order lock that the INSERT takes is
-    # held only until the commit (nothing is lost: the cursor stops at the head it read).
-    with runtime.db.write() as conn:
-        got = runtime.deliverer.collect(worker.id, conn)
-        result = runtime.context.append(
-            worker.id,
-            body.type,
-            body.body,
-            scope=body.scope,
-            refs=body.refs,
-            lease_seconds=body.lease_seconds,
-            author_name=worker.name,
-            conn=conn,
-        )
+    pending = runtime.context.prepare(
+        worker.id, body.type, body.body, body.scope, body.refs, body.lease_seconds, worker.name
+    )
+    # Written with the other calls that arrive meanwhile, in one transaction that also takes
+    # the caller's delivery block (see swarm.hub.group_commit).
+    group_commit: GroupCommit = request.app.state.group_commit
+    written = await group_commit.append(pending)
+    result = written.result
+    if runtime.deliverer.with_messages:
+        delivery = delivery_block(runtime, worker, written.delivery)
+    else:  # DMs live on another server: a network call, off the event loop
+        delivery = await run_in_threadpool(delivery_block, runtime, worker, written.delivery)
     reply = {
         "result": {
             "entry": serialize.entry(result.entry),
             "overlaps": [serialize.claim(c, now) for c in result.overlaps],
             "ended": [serialize.claim(c, now) for c in result.ended],
         },
-        "delivery": delivery_block(runtime, worker, got),
+        "delivery": delivery,
     }
     if result.overlaps:
-        new_claim = runtime.context.claim(result.entry.id)
-        _notify_overlaps(runtime, worker, new_claim, list(result.overlaps))
+        await run_in_threadpool(_notify_overlaps, runtime, worker, result)
     return reply
 
 
