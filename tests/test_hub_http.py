@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
-from swarm.hub.server import BackgroundHub
+from swarm.bootstrap import Runtime
+from swarm.hub.server import BackgroundHub, free_port, make_server
 from swarm.tools.client import HubClient, HubError
 
 
@@ -181,3 +185,23 @@ def test_status_heartbeat_and_stop_releases_claims(
     assert a.call("GET", "/v1/claims")["result"]["claims"] == []
     operator.call("POST", "/v1/operator/stop")
     assert a.call("POST", "/v1/status", json={"state": "idle"})["result"]["stop"] is True
+
+
+def test_a_hub_process_freezes_its_startup_heap(runtime: Runtime) -> None:
+    """`swarm hub` serves with freeze_heap: what lives at startup leaves the collector's reach."""
+    gc.unfreeze()
+    port = free_port()
+    server = make_server(runtime, "127.0.0.1", port, freeze_heap=True)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.started
+        assert gc.get_freeze_count() > 0
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        gc.unfreeze()
