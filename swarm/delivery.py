@@ -12,25 +12,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, TextClause, bindparam, text
 
 from swarm.context.model import Entry, EntryDelivery
 from swarm.context.store import entry_from_row
 from swarm.db import Database
 from swarm.messages.ports import Message
 
+# Statements over a set of workers take their ids as one array on PostgreSQL (psycopg parses a
+# statement with more than 50 parameters anew on every call) and as an expanded IN list on
+# SQLite (in-process: a long statement costs nothing to send).
+_IDS = {"sqlite": "IN :ws", "postgresql": "= ANY(CAST(:ws AS bigint[]))"}
+
 # One row per worker: its cursors and the heads they are compared with.
 _STATE = """
 SELECT id, entry_cursor, dm_cursor,
        (SELECT COALESCE(MAX(id), 0) FROM entries) AS head,
        (SELECT COALESCE(MAX(m.id), 0) FROM messages m WHERE m.recipient_id = workers.id) AS dm_head
-FROM workers WHERE id IN :ws ORDER BY id
+FROM workers WHERE id {ids} ORDER BY id
 """
-STATE = text(_STATE).bindparams(bindparam("ws", expanding=True))
-# NO KEY UPDATE: serializes one worker's calls without blocking foreign-key checks on its row
-# (a DM to this worker, an entry it authors in another transaction). Rows are locked in id
-# order, so two transactions that lock several never deadlock.
-STATE_LOCKED = text(_STATE + " FOR NO KEY UPDATE").bindparams(bindparam("ws", expanding=True))
+# On PostgreSQL the rows are locked FOR NO KEY UPDATE: that serializes one worker's calls
+# without blocking foreign-key checks on its row (a DM to this worker, an entry it authors in
+# another transaction). Rows are locked in id order, so two transactions that lock several never
+# deadlock. (SQLite serializes writers anyway.)
+_STATE_LOCKED = _STATE + " FOR NO KEY UPDATE"
 # Newest first, a page at a time: each worker takes the first `cap` that are new to it and not
 # its own, so one page usually serves a whole batch of workers.
 ENTRIES = text(
@@ -41,20 +46,25 @@ ENTRIES = text(
 # How many were new to each worker (for "N more": the shown ones plus the rest). A correlated
 # count is an index range scan per worker on both engines; the same count written as a join was
 # planned by PostgreSQL as a scan of the whole table (27 ms at 10,000 entries, growing).
-COUNTS = text(
+_COUNTS = (
     "SELECT w.id, (SELECT COUNT(*) FROM entries e WHERE e.id > w.entry_cursor AND e.id <= :h "
-    "AND e.author_id <> w.id) AS n FROM workers w WHERE w.id IN :ws"
-).bindparams(bindparam("ws", expanding=True))
+    "AND e.author_id <> w.id) AS n FROM workers w WHERE w.id {ids}"
+)
 DMS = text(
     "SELECT m.id, m.created_at, m.author, m.body, w.name AS recipient FROM messages m "
     "JOIN workers w ON w.id = m.recipient_id "
     "WHERE m.recipient_id = :w AND m.id > :c AND m.id <= :h ORDER BY m.id"
 )
 # Everyone in a batch moves to the same head: one statement, whatever their number.
-ADVANCE = text("UPDATE workers SET entry_cursor = :h WHERE id IN :ws").bindparams(
-    bindparam("ws", expanding=True)
-)
+_ADVANCE = "UPDATE workers SET entry_cursor = :h WHERE id {ids}"
 ADVANCE_DMS = text("UPDATE workers SET dm_cursor = :h WHERE id = :w")
+
+
+def _over_workers(sql: str, dialect: str) -> TextClause:
+    statement = text(sql.format(ids=_IDS[dialect]))
+    return (
+        statement.bindparams(bindparam("ws", expanding=True)) if dialect == "sqlite" else statement
+    )
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,10 @@ class Deliverer:
         self.db = db
         self.cap = cap
         self.with_messages = with_messages
+        self._state = _over_workers(_STATE, db.dialect)
+        self._state_locked = _over_workers(_STATE if db.is_sqlite else _STATE_LOCKED, db.dialect)
+        self._counts = _over_workers(_COUNTS, db.dialect)
+        self._advance = _over_workers(_ADVANCE, db.dialect)
 
     def _pending(self, state: Any) -> bool:
         return bool(
@@ -85,7 +99,7 @@ class Deliverer:
         if conn is not None:
             return self.collect_many(conn, [worker_id])[worker_id]
         with self.db.read() as reader:
-            state = reader.execute(STATE, {"ws": [worker_id]}).one()
+            state = reader.execute(self._state, {"ws": [worker_id]}).one()
         if not self._pending(state):
             return EMPTY  # the common idle case costs one read and no write
         with self.db.write() as writer:
@@ -95,8 +109,7 @@ class Deliverer:
         """Take what is new for several workers at once, in the caller's write transaction: a
         handful of statements whatever their number (the hub's group commit uses this)."""
         ids = sorted(set(worker_ids))
-        locked = STATE if self.db.is_sqlite else STATE_LOCKED
-        states = [s for s in conn.execute(locked, {"ws": ids}).all() if self._pending(s)]
+        states = [s for s in conn.execute(self._state_locked, {"ws": ids}) if self._pending(s)]
         got = dict.fromkeys(ids, EMPTY)
         if not states:
             return got
@@ -106,7 +119,9 @@ class Deliverer:
         full = [w for w, rows in shown.items() if len(rows) == self.cap]
         counts: dict[int, int] = {}
         if full:
-            counts = {int(r.id): int(r.n) for r in conn.execute(COUNTS, {"h": head, "ws": full})}
+            counts = {
+                int(r.id): int(r.n) for r in conn.execute(self._counts, {"h": head, "ws": full})
+            }
         for s in states:
             w = int(s.id)
             entries = EntryDelivery()
@@ -124,7 +139,7 @@ class Deliverer:
                 conn.execute(ADVANCE_DMS, window)
             got[w] = Delivery(entries, messages)
         if behind:
-            conn.execute(ADVANCE, {"h": head, "ws": list(behind)})
+            conn.execute(self._advance, {"h": head, "ws": list(behind)})
         return got
 
     def _newest(

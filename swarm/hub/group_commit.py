@@ -122,8 +122,8 @@ class GroupCommit:
         return outcomes
 
     def close(self) -> None:
-        if self.calls:
-            log.info(
+        if self.calls:  # logged as the hub's latency summary is, at shutdown
+            log.warning(
                 "group commit: %d appends in %d transactions (%.1f a transaction)",
                 self.calls,
                 self.batches,
