@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from swarm.bootstrap import Runtime
@@ -47,11 +48,11 @@ def workers_of(runtime: Runtime, n: int) -> list[Worker]:
 
 def test_calls_that_arrive_together_share_one_transaction(runtime: Runtime) -> None:
     a, b, c = workers_of(runtime, 3)
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     seed = runtime.context.append(c.id, "FACT", "the lexer is table driven").entry
     got = gather(group, [pending(runtime, w, "OBSERVED", f"from {w.name}") for w in (a, b, a)])
     group.close()
-    assert group.batches == 1 and group.calls == 3
+    assert (group.batches, group.calls) == (1, 3)
     assert all(isinstance(g, Appended) for g in got)
     done = [g for g in got if isinstance(g, Appended)]
     ids = [g.result.entry.id for g in done]
@@ -67,11 +68,29 @@ def test_calls_that_arrive_together_share_one_transaction(runtime: Runtime) -> N
     assert runtime.deliverer.collect(b.id).entries.shown == ()
 
 
+def test_sparse_calls_on_sqlite_are_written_at_once_and_a_flood_is_batched(
+    runtime: Runtime,
+) -> None:
+    if not runtime.db.is_sqlite:
+        pytest.skip("PostgreSQL always writes from the writer thread")
+    a, b = workers_of(runtime, 2)
+    group = GroupCommit(runtime)
+    got = gather(group, [pending(runtime, w, "OBSERVED", f"from {w.name}") for w in (a, b, a)])
+    assert (group.batches, group.calls) == (3, 3)  # one transaction each, no waiting
+    done = [g for g in got if isinstance(g, Appended)]
+    assert [[e.author for e in g.delivery.entries.shown] for g in done] == [[], [a.name], [b.name]]
+    # A flood (more than BUSY_CALLS within BUSY_WINDOW) goes to the writer in batches.
+    flood = gather(group, [pending(runtime, (a, b)[n % 2], "OBSERVED", f"{n}") for n in range(200)])
+    group.close()
+    assert all(isinstance(g, Appended) for g in flood)
+    assert group.calls == 203 and group.batches < 3 + 200
+
+
 def test_a_call_with_missing_refs_fails_alone_and_keeps_its_delivery(runtime: Runtime) -> None:
     a, b, c = workers_of(runtime, 3)
     seed = runtime.context.append(c.id, "FACT", "seed").entry
     before = cursor(runtime, b)
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     got = gather(
         group,
         [
@@ -92,7 +111,7 @@ def test_a_call_with_missing_refs_fails_alone_and_keeps_its_delivery(runtime: Ru
 
 def test_later_claim_in_a_batch_sees_the_earlier_one(runtime: Runtime) -> None:
     a, b = workers_of(runtime, 2)
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     got = gather(
         group,
         [
@@ -113,7 +132,7 @@ def test_later_claim_in_a_batch_sees_the_earlier_one(runtime: Runtime) -> None:
 def test_a_summary_in_a_batch_ends_a_claim_made_earlier_in_it(runtime: Runtime) -> None:
     (a,) = workers_of(runtime, 1)
     claim = runtime.context.append(a.id, "CLAIM", "cache", scope=["src/cache.py"]).entry
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     got = gather(
         group,
         [
@@ -131,7 +150,7 @@ def test_a_summary_in_a_batch_ends_a_claim_made_earlier_in_it(runtime: Runtime) 
 def test_an_unexpected_database_error_is_retried_call_by_call(runtime: Runtime) -> None:
     a, b = workers_of(runtime, 2)
     ghost = PendingEntry(10**9, "ghost", EntryType.OBSERVED, "no such author", (), (), 300.0)
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     got = gather(
         group,
         [
@@ -154,6 +173,8 @@ def test_concurrent_http_appends_are_batched(
     clients = [new_worker() for _ in range(16)]
     tokens = [c.token for c in clients]
     names = [c.call("GET", "/v1/whoami")["result"]["name"] for c in clients]
+    group: GroupCommit = hub.server.config.app.state.group_commit
+    group.inline = False  # batch every time, also on SQLite (a flood there is batched anyway)
 
     async def main() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(base_url=hub.url, timeout=30) as http:
@@ -173,7 +194,6 @@ def test_concurrent_http_appends_are_batched(
     answers = asyncio.run(main())
     ids = [a["result"]["entry"]["id"] for a in answers]
     assert len(set(ids)) == 160
-    group: GroupCommit = hub.server.config.app.state.group_commit
     assert group.calls == 160
     assert group.batches < group.calls  # some calls shared a transaction
     # Across all answers, no worker was shown an entry twice, or one of its own.
@@ -187,7 +207,7 @@ def test_concurrent_http_appends_are_batched(
 def test_direct_messages_ride_on_the_batch_once(runtime: Runtime) -> None:
     a, b = workers_of(runtime, 2)
     runtime.messages.direct("hub", b, "please look at the lexer")
-    group = GroupCommit(runtime)
+    group = GroupCommit(runtime, inline=False)  # every call in one batch
     got = gather(
         group,
         [

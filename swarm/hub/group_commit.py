@@ -2,17 +2,26 @@
 
 Every call to POST /v1/entries pays for a transaction: the caller's delivery block is read and
 its cursor moved, the entry is inserted, and the commit makes both visible at once. With
-hundreds of workers those transactions queue up behind one writer (SQLite) or one id lock
-(PostgreSQL), and each costs a dozen round trips of driver and SQLAlchemy work. Here the calls
-that arrive while a batch is being written wait together and are written as the next batch, in
-one transaction: one statement for all delivery states, one page of newest entries shared by all
-the callers, one INSERT for all entries. A lone call is a batch of one and waits for nobody.
+hundreds of workers appending at once, those transactions queue up behind one writer (SQLite) or
+one id lock (PostgreSQL), and each costs a dozen round trips of driver and SQLAlchemy work. Here
+the calls that arrive while a batch is being written wait together and are written as the next
+batch, in one transaction, from one writer thread: one statement for all delivery states, one
+page of newest entries shared by all the callers, one INSERT for all entries.
 
-Batches run in one dedicated thread, so the event loop keeps reading requests and sending answers
-while the database works. On SQLite, batches written on the event loop itself cost no less CPU
-and were unfair: with 256 clients in a closed loop, one call in ten waited over 1.5 s outside
-the hub's handlers (blocked loop turns) while the rest were quick; from the thread, p99 is that
-of the no-op endpoint (scripts/bench_context.py, docs/performance.md).
+On SQLite, a call that arrives while appends are sparse (at most BUSY_CALLS in the last
+BUSY_WINDOW, i.e. under ~200/s) and no batch is in flight is written at once on the event loop,
+as the hub's other short calls are. Both halves were measured:
+
+* Sparse appends in the writer thread waited for the event loop to come round twice (hand-off
+  and answer), and in a real run the loop is busy with greps and git: during 64- and 256-worker
+  runs their median was 46-262 ms where the short calls on the loop took 2-6 ms; written at once,
+  5-8 ms.
+* A flood written on the event loop in large batches (124 appends a transaction on average with
+  256 clients in a closed loop) blocked it for milliseconds at a time, and the connections were
+  served unfairly: one call in ten waited over 1.5 s before its handler ran while the rest were
+  quick. From the writer thread, the closed-loop p99 is that of the no-op endpoint.
+
+On PostgreSQL every statement waits on the network, so every batch goes to the writer thread.
 
 A batch fails as a whole only on an unexpected database error; it is then written again one call
 at a time, so one bad call never fails the others. A call whose refs name missing entries gets
@@ -23,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -33,6 +44,10 @@ from swarm.delivery import EMPTY, Delivery
 log = logging.getLogger("swarm.hub.group_commit")
 
 MAX_BATCH = 256
+# SQLite: while at most BUSY_CALLS appends arrived in the last BUSY_WINDOW seconds (under
+# ~200/s), each is written at once on the event loop; above that they are batched.
+BUSY_WINDOW = 0.1
+BUSY_CALLS = 20
 
 
 @dataclass(frozen=True)
@@ -45,9 +60,13 @@ Outcome = Appended | Exception
 
 
 class GroupCommit:
-    def __init__(self, runtime: Runtime, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self, runtime: Runtime, max_batch: int = MAX_BATCH, inline: bool | None = None
+    ) -> None:
         self.runtime = runtime
         self.max_batch = max_batch
+        self.inline = runtime.db.is_sqlite if inline is None else inline
+        self._arrivals: deque[float] = deque()  # monotonic times of the recent appends
         self._waiting: list[tuple[PendingEntry, asyncio.Future[Appended]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="swarm-group-commit")
@@ -57,12 +76,27 @@ class GroupCommit:
     async def append(self, pending: PendingEntry) -> Appended:
         """Write one checked entry with its author's delivery block; raises what the write
         raised for this call (NotFound for missing refs)."""
+        if self.inline and not self._busy():
+            outcome = self.write([pending])[0]  # no hop, no wait
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Appended] = loop.create_future()
         self._waiting.append((pending, done))
         if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._write_batches())
         return await done
+
+    def _busy(self) -> bool:
+        """Whether to batch this call: appends are arriving fast, or a batch is in flight."""
+        now = time.monotonic()
+        arrivals = self._arrivals
+        arrivals.append(now)
+        while arrivals[0] < now - BUSY_WINDOW:
+            arrivals.popleft()
+        writing = self._waiting or (self._writer is not None and not self._writer.done())
+        return bool(writing) or len(arrivals) > BUSY_CALLS
 
     async def _write_batches(self) -> None:
         loop = asyncio.get_running_loop()
