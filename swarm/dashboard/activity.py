@@ -10,12 +10,12 @@ from sqlalchemy import func, or_, select
 from swarm.context.schema import entries, workers
 from swarm.context.store import ENTRY_SELECT
 from swarm.dashboard.queries import (
-    MESSAGE_SELECT,
     DashboardQueries,
     liveness,
     page_size,
 )
 from swarm.errors import NotFound, Unavailable
+from swarm.messages.local import MESSAGE_SELECT
 from swarm.messages.schema import messages
 from swarm.worker.schema import sessions
 from swarm.workspace.ports import Workspace

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, and_, case, func, or_, select
-from sqlalchemy.orm import aliased
 
 from swarm.context.counts import claim_counts
 from swarm.context.schema import claims, entries, workers
-from swarm.context.store import ENTRY_SELECT
+from swarm.context.store import ENTRY_SELECT, entry_from_row
 from swarm.dashboard.counters import RunCounters
 from swarm.db import Database
 from swarm.evaluation.schema import checkpoints
+from swarm.hub import serialize
+from swarm.messages.local import MESSAGE_SELECT, message_from_row
 from swarm.messages.schema import messages
 from swarm.report.overlap import overlapping_claims
 from swarm.report.runinfo import read_run_info
@@ -23,7 +24,6 @@ from swarm.workspace.schema import pr_events, pull_requests
 
 PAGE = 100
 MAX_PAGE = 500
-_recipient = aliased(workers)
 
 
 def page_size(limit: int | None) -> int:
@@ -40,26 +40,11 @@ def liveness(state: str, heartbeat_at: float | None, now: float, timeout: float)
 
 
 def _entry(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "time": row.created_at,
-        "author": row.author,
-        "type": row.type,
-        "body": row.body,
-        "scope": row.scope.split("\n") if row.scope else [],
-        "refs": [int(r) for r in row.refs.split(",")] if row.refs else [],
-    }
+    return serialize.entry(entry_from_row(row))
 
 
 def _message(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "time": row.created_at,
-        "author": row.author,
-        "to": row.recipient,
-        "channel": row.channel,
-        "body": row.body,
-    }
+    return serialize.message(message_from_row(row))
 
 
 def _claim(row: Any, now: float) -> dict[str, Any]:
@@ -81,10 +66,6 @@ CLAIM_SELECT = (
     select(claims, workers.c.name.label("owner"), entries.c.body.label("body"))
     .join(workers, workers.c.id == claims.c.owner_id)
     .join(entries, entries.c.id == claims.c.id)
-)
-
-MESSAGE_SELECT = select(messages, _recipient.c.name.label("recipient")).outerjoin(
-    _recipient, _recipient.c.id == messages.c.recipient_id
 )
 
 

@@ -75,7 +75,7 @@ class LocalMessages:
                     return [], 0
                 window = (messages.c.id > cursor, messages.c.id <= head, where)
                 rows = conn.execute(
-                    _message_select().where(*window).order_by(messages.c.id).limit(limit)
+                    MESSAGE_SELECT.where(*window).order_by(messages.c.id).limit(limit)
                 ).all()
                 more = 0
                 if len(rows) == limit:
@@ -94,7 +94,7 @@ class LocalMessages:
                 )
                 if moved.rowcount != 1:
                     continue  # a concurrent call of this worker took them first
-            return [_message(r) for r in rows], int(more)
+            return [message_from_row(r) for r in rows], int(more)
 
     def take_direct(self, worker: Worker) -> list[Message]:
         taken, _more = self._take(
@@ -116,7 +116,7 @@ class LocalMessages:
         after_id: int = 0,
         limit: int = 100,
     ) -> list[Message]:
-        query = _message_select().where(messages.c.id > after_id)
+        query = MESSAGE_SELECT.where(messages.c.id > after_id)
         if channel is not None:
             query = query.where(messages.c.channel == channel)
         if worker is not None:
@@ -126,17 +126,19 @@ class LocalMessages:
             )
         with self.db.read() as conn:
             rows = conn.execute(query.order_by(messages.c.id).limit(min(limit, 1000))).all()
-        return [_message(r) for r in rows]
+        return [message_from_row(r) for r in rows]
 
 
 _recipient = aliased(workers)
 
 
-def _message_select() -> Any:
-    return select(messages, _recipient.c.name.label("recipient")).outerjoin(
-        _recipient, _recipient.c.id == messages.c.recipient_id
-    )
+# Messages with their recipient's name (None for channel posts); statements are immutable, so
+# every query starts from it.
+MESSAGE_SELECT: Any = select(messages, _recipient.c.name.label("recipient")).outerjoin(
+    _recipient, _recipient.c.id == messages.c.recipient_id
+)
 
 
-def _message(row: Row[Any]) -> Message:
+def message_from_row(row: Row[Any]) -> Message:
+    """A Message from a row of MESSAGE_SELECT."""
     return Message(row.id, row.created_at, row.author, row.body, row.channel, row.recipient)
