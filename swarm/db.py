@@ -161,15 +161,6 @@ class Database:
             with self.engine.begin() as conn:
                 yield conn
 
-    @contextmanager
-    def write_in(self, conn: Connection | None) -> Iterator[Connection]:
-        """Join the caller's write transaction if it has one, else open one."""
-        if conn is not None:
-            yield conn
-        else:
-            with self.write() as own:
-                yield own
-
     def dispose(self) -> None:
         self.engine.dispose()
 

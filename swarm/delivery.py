@@ -94,10 +94,8 @@ class Deliverer:
             or (self.with_messages and state.dm_head > state.dm_cursor)
         )
 
-    def collect(self, worker_id: int, conn: Connection | None = None) -> Delivery:
-        """Take what is new; inside `conn` (a write transaction) when the caller has one."""
-        if conn is not None:
-            return self.collect_many(conn, [worker_id])[worker_id]
+    def collect(self, worker_id: int) -> Delivery:
+        """Take what is new for one worker, in a transaction of its own."""
         with self.db.read() as reader:
             state = reader.execute(self._state, {"ws": [worker_id]}).one()
         if not self._pending(state):

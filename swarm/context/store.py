@@ -105,13 +105,12 @@ class ContextStore:
         scope: object = None,
         refs: object = None,
         lease_seconds: float | None = None,
-        author_name: str | None = None,
-        conn: Connection | None = None,
     ) -> AppendResult:
         """Record one entry. A CLAIM also opens a claim; a PATCH_SUMMARY or FAIL that refers to
-        the author's own claim ends it. Everything is checked before anything is written."""
-        pending = self.prepare(author_id, type, body, scope, refs, lease_seconds, author_name)
-        with self.db.write_in(conn) as conn:
+        the author's own claim ends it. Everything is checked before anything is written. (The
+        hub batches concurrent appends: swarm.hub.group_commit.)"""
+        pending = self.prepare(author_id, type, body, scope, refs, lease_seconds)
+        with self.db.write() as conn:
             problem = self.missing_refs(conn, [pending])[0]
             if problem is not None:
                 raise problem

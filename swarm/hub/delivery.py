@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection
-
 from swarm.bootstrap import Runtime
 from swarm.delivery import Delivery
 from swarm.hub import serialize
 from swarm.registry import Worker
 
 
-def answer(
-    runtime: Runtime, worker: Worker, result: Any, conn: Connection | None = None
-) -> dict[str, Any]:
-    """Wrap a result with what is new for `worker`; computed after the call's own effect (in
-    the call's own transaction when it has one)."""
-    got = runtime.deliverer.collect(worker.id, conn)
+def answer(runtime: Runtime, worker: Worker, result: Any) -> dict[str, Any]:
+    """Wrap a result with what is new for `worker`; computed after the call's own effect."""
+    got = runtime.deliverer.collect(worker.id)
     return {"result": result, "delivery": delivery_block(runtime, worker, got)}
 
 
