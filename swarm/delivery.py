@@ -43,12 +43,12 @@ ENTRIES = text(
     "FROM entries e JOIN workers w ON w.id = e.author_id "
     "WHERE e.id > :lo AND e.id <= :hi ORDER BY e.id DESC LIMIT :n"
 )
-# How many were new to each worker (for "N more": the shown ones plus the rest). A correlated
-# count is an index range scan per worker on both engines; the same count written as a join was
-# planned by PostgreSQL as a scan of the whole table (27 ms at 10,000 entries, growing).
-_COUNTS = (
-    "SELECT w.id, (SELECT COUNT(*) FROM entries e WHERE e.id > w.entry_cursor AND e.id <= :h "
-    "AND e.author_id <> w.id) AS n FROM workers w WHERE w.id {ids}"
+# How many were new to the workers that share a cursor (for "N more": the shown ones plus the
+# rest): one range scan per distinct cursor, counted by author, so each worker's count is the
+# total less its own. In a busy hub a batch's workers share one or two cursors (each batch moves
+# all of them to the same head); a per-worker count scanned the same range once per worker.
+COUNTS = text(
+    "SELECT author_id, COUNT(*) AS n FROM entries WHERE id > :c AND id <= :h GROUP BY author_id"
 )
 DMS = text(
     "SELECT m.id, m.created_at, m.author, m.body, w.name AS recipient FROM messages m "
@@ -85,7 +85,6 @@ class Deliverer:
         self.with_messages = with_messages
         self._state = _over_workers(_STATE, db.dialect)
         self._state_locked = _over_workers(_STATE if db.is_sqlite else _STATE_LOCKED, db.dialect)
-        self._counts = _over_workers(_COUNTS, db.dialect)
         self._advance = _over_workers(_ADVANCE, db.dialect)
 
     def _pending(self, state: Any) -> bool:
@@ -107,65 +106,86 @@ class Deliverer:
         """Take what is new for several workers at once, in the caller's write transaction: a
         handful of statements whatever their number (the hub's group commit uses this)."""
         ids = sorted(set(worker_ids))
-        states = [s for s in conn.execute(self._state_locked, {"ws": ids}) if self._pending(s)]
         got = dict.fromkeys(ids, EMPTY)
-        if not states:
+        behind: dict[int, int] = {}  # worker -> entry cursor, for those with entries to take
+        dms: list[tuple[int, int, int]] = []  # (worker, dm cursor, dm head)
+        head = 0
+        for w, entry_cursor, dm_cursor, head, dm_head in conn.execute(
+            self._state_locked, {"ws": ids}
+        ).all():
+            if head > entry_cursor:
+                behind[w] = entry_cursor
+            if self.with_messages and dm_head > dm_cursor:
+                dms.append((w, dm_cursor, dm_head))
+        if not behind and not dms:
             return got
-        head = int(states[0].head)
-        behind = {int(s.id): int(s.entry_cursor) for s in states if head > s.entry_cursor}
         shown = self._newest(conn, behind, head)
-        full = [w for w, rows in shown.items() if len(rows) == self.cap]
-        counts: dict[int, int] = {}
-        if full:
-            counts = {
-                int(r.id): int(r.n) for r in conn.execute(self._counts, {"h": head, "ws": full})
-            }
-        for s in states:
-            w = int(s.id)
-            entries = EntryDelivery()
-            if w in behind:
-                rows = tuple(shown[w])
-                more = counts.get(w, len(rows)) - len(rows)
-                entries = EntryDelivery(rows, more, behind[w] + 1, head)
-            messages: tuple[Message, ...] = ()
-            if self.with_messages and s.dm_head > s.dm_cursor:
-                window = {"w": w, "c": s.dm_cursor, "h": s.dm_head}
-                messages = tuple(
-                    Message(r.id, r.created_at, r.author, r.body, None, r.recipient)
-                    for r in conn.execute(DMS, window)
-                )
-                conn.execute(ADVANCE_DMS, window)
-            got[w] = Delivery(entries, messages)
+        counts = self._counts(
+            conn, {w: behind[w] for w, rows in shown.items() if len(rows) == self.cap}, head
+        )
+        for w, cursor in behind.items():
+            rows = shown[w]
+            more = counts.get(w, len(rows)) - len(rows)
+            got[w] = Delivery(EntryDelivery(rows, more, cursor + 1, head), ())
+        for w, dm_cursor, dm_head in dms:
+            window = {"w": w, "c": dm_cursor, "h": dm_head}
+            messages = tuple(
+                Message(r.id, r.created_at, r.author, r.body, None, r.recipient)
+                for r in conn.execute(DMS, window).all()
+            )
+            conn.execute(ADVANCE_DMS, window)
+            got[w] = Delivery(got[w].entries, messages)
         if behind:
             conn.execute(self._advance, {"h": head, "ws": list(behind)})
         return got
 
     def _newest(
         self, conn: Connection, behind: dict[int, int], head: int
-    ) -> dict[int, list[Entry]]:
-        """Each worker's newest `cap` entries in (its cursor, head] that are not its own."""
-        shown: dict[int, list[Entry]] = {w: [] for w in behind}
+    ) -> dict[int, tuple[Entry, ...]]:
+        """Each worker's newest `cap` entries in (its cursor, head] that are not its own.
+
+        Read newest first, a page at a time, until every worker has its `cap` or has reached its
+        cursor. Workers that share a cursor and wrote none of the newest entries get the same
+        tuple: in a busy hub that is nearly all of a batch."""
         if self.cap <= 0 or not behind:
-            return shown
-        wanting = dict(behind)  # worker -> cursor, while it still wants entries
-        lo, hi = min(behind.values()), head
-        page = self.cap + len(behind)  # enough unless workers skip many of their own
-        while wanting and hi > lo:
-            rows = conn.execute(ENTRIES, {"lo": lo, "hi": hi, "n": page}).all()
-            for row in rows:
-                entry: Entry | None = None
-                for w, cursor in list(wanting.items()):
-                    if row.id <= cursor:
-                        del wanting[w]  # reached its cursor: nothing older is new to it
-                    elif row.author_id != w:
-                        entry = entry or entry_from_row(row)
-                        shown[w].append(entry)
-                        if len(shown[w]) == self.cap:
-                            del wanting[w]
-                if not wanting:
-                    break
-            if len(rows) < page:
-                break
-            hi = int(rows[-1].id) - 1
-            page *= 2
-        return shown
+            return dict.fromkeys(behind, ())
+        groups: dict[int, list[int]] = {}  # cursor -> its workers, newest cursor first
+        for w, cursor in sorted(behind.items(), key=lambda item: -item[1]):
+            groups.setdefault(cursor, []).append(w)
+        shown: dict[int, tuple[Entry, ...]] = {}
+        page: list[tuple[int, Entry]] = []  # (author id, entry), newest first
+        lo, hi, n = min(groups), head, 2 * self.cap  # 2 x cap: a worker skips only its own
+        while True:
+            rows = conn.execute(ENTRIES, {"lo": lo, "hi": hi, "n": n}).all()
+            page += [(row.author_id, entry_from_row(row)) for row in rows]
+            exhausted = len(rows) < n  # the page reaches down to the lowest cursor
+            for cursor, group in groups.items():
+                newer = [pair for pair in page if pair[1].id > cursor]
+                # Whether every entry newer than this cursor is in the page.
+                reached = exhausted or len(newer) < len(page)
+                common = tuple(e for _a, e in newer[: self.cap])
+                authors = {a for a, _e in newer[: self.cap]}
+                for w in group:
+                    if w in shown:
+                        continue
+                    if w not in authors and (len(common) == self.cap or reached):
+                        shown[w] = common
+                        continue
+                    mine = tuple(e for a, e in newer if a != w)[: self.cap]
+                    if len(mine) == self.cap or reached:
+                        shown[w] = mine
+            if len(shown) == len(behind):
+                return shown
+            hi, n = page[-1][1].id - 1, 2 * n
+
+    def _counts(self, conn: Connection, cursors: dict[int, int], head: int) -> dict[int, int]:
+        """For each worker, how many entries in (its cursor, head] are not its own."""
+        counts: dict[int, int] = {}
+        for cursor in set(cursors.values()):
+            rows = conn.execute(COUNTS, {"c": cursor, "h": head}).all()
+            by_author: dict[int, int] = {int(a): int(n) for a, n in rows}
+            total = sum(by_author.values())
+            for w, c in cursors.items():
+                if c == cursor:
+                    counts[w] = total - by_author.get(w, 0)
+        return counts

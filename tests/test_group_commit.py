@@ -4,6 +4,7 @@ gets exactly its own answer (entry, overlaps, errors) and its own delivery block
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -222,3 +223,32 @@ def test_direct_messages_ride_on_the_batch_once(runtime: Runtime) -> None:
     assert [m.body for m in done[1].delivery.messages] == ["please look at the lexer"]
     assert done[2].delivery.messages == ()
     assert runtime.deliverer.collect(b.id).messages == ()
+
+
+def test_deliveries_of_a_batch_match_a_worker_by_worker_reading(runtime: Runtime) -> None:
+    """Many workers collected at once, with cursors apart and their own entries among the
+    newest (so the shared page must be read further for some): each gets exactly the newest
+    `cap` peers' entries past its cursor, and the count of the rest."""
+    cap = runtime.deliverer.cap
+    crew = workers_of(runtime, 6)
+    rng = random.Random(7)
+    log: list[tuple[int, int]] = []  # (entry id, author id), every entry written
+    cursors = {w.id: 0 for w in crew}
+    for _round in range(40):
+        # A burst of entries, sometimes all from one worker (more than a page of its own).
+        author = rng.choice(crew)
+        for _ in range(rng.choice((1, 3, 2 * cap + 3))):
+            writer = author if rng.random() < 0.7 else rng.choice(crew)
+            entry = runtime.context.append(writer.id, "OBSERVED", f"note {len(log)}").entry
+            log.append((entry.id, writer.id))
+        taking = rng.sample(crew, rng.randint(1, len(crew)))
+        with runtime.db.write() as conn:
+            got = runtime.deliverer.collect_many(conn, [w.id for w in taking])
+        head = log[-1][0]
+        for w in taking:
+            new = [i for i, a in reversed(log) if cursors[w.id] < i <= head and a != w.id]
+            shown = got[w.id].entries
+            assert [e.id for e in shown.shown] == new[:cap]
+            assert shown.more == len(new) - len(new[:cap])
+            cursors[w.id] = head
+    assert {w.id: cursor(runtime, w) for w in crew} == cursors

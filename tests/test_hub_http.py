@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from swarm.bootstrap import Runtime
-from swarm.hub.server import BackgroundHub, free_port, make_server
+from swarm.hub.server import GC_YOUNG_THRESHOLD, BackgroundHub, free_port, make_server
 from swarm.tools.client import HubClient, HubError
 
 
@@ -73,6 +73,9 @@ def test_operator_token_is_not_a_worker(operator: HubClient) -> None:
         ({"type": "FACT", "body": "x", "scope": "a.py"}, "scope must be a list"),
         ({"type": "FACT", "body": "x", "refs": [424242]}, "#424242"),
         ({"body": "x"}, "type: Field required"),
+        ({"type": "FACT"}, "body: Field required"),
+        ({"type": "FACT", "body": "x", "lease_seconds": "soon"}, "lease_seconds: Input should"),
+        ({"type": "FACT", "body": "x", "lease_seconds": 0}, "a lease is 1 to 86400 seconds"),
     ],
 )
 def test_bad_entries_get_a_clear_4xx_and_change_nothing(
@@ -85,6 +88,28 @@ def test_bad_entries_get_a_clear_4xx_and_change_nothing(
     with pytest.raises(HubError) as info:
         worker.call("POST", "/v1/entries", json=payload)
     assert 400 <= info.value.status < 500 and message in info.value.message
+    assert hub.runtime.context.head() == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "bad request: "),
+        (b'["FACT", "x"]', "bad request: "),
+        (b"", "bad request: "),
+    ],
+)
+def test_an_entry_that_is_not_a_json_object_is_refused(
+    hub: BackgroundHub, new_worker: Callable[[], HubClient], content: bytes, message: str
+) -> None:
+    token = new_worker().token
+    answer = httpx.post(
+        f"{hub.url}/v1/entries",
+        content=content,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith(message) and answer.json()["kind"] == "InvalidInput"
     assert hub.runtime.context.head() == 0
 
 
@@ -187,11 +212,13 @@ def test_status_heartbeat_and_stop_releases_claims(
     assert a.call("POST", "/v1/status", json={"state": "idle"})["result"]["stop"] is True
 
 
-def test_a_hub_process_freezes_its_startup_heap(runtime: Runtime) -> None:
-    """`swarm hub` serves with freeze_heap: what lives at startup leaves the collector's reach."""
+def test_a_hub_process_tunes_the_garbage_collector(runtime: Runtime) -> None:
+    """`swarm hub` serves with tune_gc: what lives at startup leaves the collector's reach, and
+    the young generation is collected far less often than CPython's default."""
     gc.unfreeze()
+    thresholds = gc.get_threshold()
     port = free_port()
-    server = make_server(runtime, "127.0.0.1", port, freeze_heap=True)
+    server = make_server(runtime, "127.0.0.1", port, tune_gc=True)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -200,8 +227,10 @@ def test_a_hub_process_freezes_its_startup_heap(runtime: Runtime) -> None:
             time.sleep(0.01)
         assert server.started
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 10 * thresholds[0]
         assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         gc.unfreeze()
+        gc.set_threshold(*thresholds)

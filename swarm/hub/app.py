@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from swarm import __version__, dashboard
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
+from swarm.hub.deps import bad_request
 from swarm.hub.group_commit import GroupCommit
 from swarm.hub.routes import context, messages, run, workers, workspace
 from swarm.hub.timing import install_timing
@@ -44,13 +45,8 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
         return JSONResponse(
-            {"error": "bad request: " + "; ".join(problems), "kind": "InvalidInput"},
-            status_code=422,
+            {"error": bad_request(exc.errors()), "kind": "InvalidInput"}, status_code=422
         )
 
     @app.get("/health", tags=["hub"], summary="Liveness and what the hub runs on")

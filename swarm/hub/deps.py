@@ -6,7 +6,7 @@ import functools
 import inspect
 import secrets
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
@@ -74,6 +74,20 @@ CurrentWorker = Annotated[Worker, Depends(current_worker)]
 Reader = Annotated[Worker | None, Depends(worker_or_operator)]
 Operator = Depends(operator)
 Joiner = Depends(joiner)
+
+
+def bad_request(errors: Sequence[Any], *, in_body: bool = False) -> str:
+    """One line for pydantic's errors about a request: where, and what was wrong. FastAPI puts
+    "body" first in the location of an error in the JSON body; `in_body` says the errors are
+    pydantic's own, about the body, without it."""
+    problems = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        if not in_body and loc[:1] == ("body",):
+            loc = loc[1:]
+        where = ".".join(str(p) for p in loc)
+        problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
+    return "bad request: " + "; ".join(problems)
 
 
 def short_call(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:

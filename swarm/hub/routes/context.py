@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from swarm.bootstrap import Runtime
 from swarm.context import EntryType, parse_type
 from swarm.context.model import AppendResult
+from swarm.errors import InvalidInput
 from swarm.hub import serialize
 from swarm.hub.delivery import answer, delivery_block
-from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, short_call
+from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, bad_request, short_call
 from swarm.hub.group_commit import GroupCommit
 from swarm.registry import Worker
 
@@ -48,10 +50,31 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, made: AppendResult) -> N
         )
 
 
-@router.post("/entries", summary="Record an entry (a CLAIM also opens a claim)")
-async def record(
-    body: EntryIn, worker: CurrentWorker, runtime: RuntimeDep, request: Request
-) -> dict[str, Any]:
+@router.post(
+    "/entries",
+    summary="Record an entry (a CLAIM also opens a claim)",
+    response_model=None,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": EntryIn.model_json_schema()}},
+        }
+    },
+    responses={
+        200: {
+            "description": "The entry, the claims it overlaps or ends, and the delivery block",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def record(worker: CurrentWorker, request: Request) -> Response:
+    # The hub's hottest call, so it skips FastAPI's body and response handling (a tenth of the
+    # call's CPU, measured): pydantic checks the JSON in one pass, and the answer is encoded once.
+    runtime: Runtime = request.app.state.runtime
+    try:
+        body = EntryIn.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise InvalidInput(bad_request(exc.errors(), in_body=True)) from None
     now = runtime.clock()
     pending = runtime.context.prepare(
         worker.id, body.type, body.body, body.scope, body.refs, body.lease_seconds, worker.name
@@ -75,7 +98,7 @@ async def record(
     }
     if result.overlaps:
         await run_in_threadpool(_notify_overlaps, runtime, worker, result)
-    return reply
+    return Response(to_json(reply), media_type="application/json")
 
 
 @router.get("/entries/{entry_id}", summary="One entry, and the entries that refer to it")
