@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from swarm import __version__, dashboard
 from swarm.bootstrap import Runtime
 from swarm.errors import CheckFailed, MergeConflict, SwarmError
+from swarm.hub import serialize
 from swarm.hub.deps import bad_request
 from swarm.hub.group_commit import GroupCommit
 from swarm.hub.routes import context, messages, run, workers, workspace
@@ -27,6 +28,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.group_commit = group_commit = GroupCommit(runtime)
     app.router.on_shutdown.append(group_commit.close)
+    app.state.answer_json = serialize.AnswerJSON()
 
     for router in (workers.router, context.router, messages.router, run.router):
         _add_routes(app, router)

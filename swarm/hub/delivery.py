@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from swarm.bootstrap import Runtime
 from swarm.delivery import Delivery
 from swarm.hub import serialize
+from swarm.messages.ports import Message
 from swarm.registry import Worker
 
 
@@ -17,7 +19,12 @@ def answer(runtime: Runtime, worker: Worker, result: Any) -> dict[str, Any]:
 
 
 def delivery_block(runtime: Runtime, worker: Worker, got: Delivery) -> dict[str, Any]:
-    dms = list(got.messages)
-    if not runtime.deliverer.with_messages:  # DMs live on another server (e.g. Mattermost)
-        dms = runtime.messages.take_direct(worker)
-    return serialize.delivery(got.entries, dms)
+    return serialize.delivery(got.entries, direct_messages(runtime, worker, got))
+
+
+def direct_messages(runtime: Runtime, worker: Worker, got: Delivery) -> Sequence[Message]:
+    """The DMs a delivery carries: taken with it, or, when DMs live on another server (e.g.
+    Mattermost), taken from there now (a network call)."""
+    if runtime.deliverer.with_messages:
+        return got.messages
+    return runtime.messages.take_direct(worker)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field, ValidationError
-from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from swarm.bootstrap import Runtime
@@ -14,9 +14,10 @@ from swarm.context import EntryType, parse_type
 from swarm.context.model import AppendResult
 from swarm.errors import InvalidInput
 from swarm.hub import serialize
-from swarm.hub.delivery import answer, delivery_block
+from swarm.hub.delivery import answer, direct_messages
 from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, bad_request, short_call
 from swarm.hub.group_commit import GroupCommit
+from swarm.messages.ports import Message
 from swarm.registry import Worker
 
 router = APIRouter(prefix="/v1", tags=["context"])
@@ -69,7 +70,8 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, made: AppendResult) -> N
 )
 async def record(worker: CurrentWorker, request: Request) -> Response:
     # The hub's hottest call, so it skips FastAPI's body and response handling (a tenth of the
-    # call's CPU, measured): pydantic checks the JSON in one pass, and the answer is encoded once.
+    # call's CPU, measured): pydantic checks the JSON in one pass, and the answer is put together
+    # from each entry's JSON, made once (see serialize.AnswerJSON).
     runtime: Runtime = request.app.state.runtime
     try:
         body = EntryIn.model_validate_json(await request.body())
@@ -83,22 +85,16 @@ async def record(worker: CurrentWorker, request: Request) -> Response:
     # the caller's delivery block (see swarm.hub.group_commit).
     group_commit: GroupCommit = request.app.state.group_commit
     written = await group_commit.append(pending)
-    result = written.result
-    if runtime.deliverer.with_messages:
-        delivery = delivery_block(runtime, worker, written.delivery)
-    else:  # DMs live on another server: a network call, off the event loop
-        delivery = await run_in_threadpool(delivery_block, runtime, worker, written.delivery)
-    reply = {
-        "result": {
-            "entry": serialize.entry(result.entry),
-            "overlaps": [serialize.claim(c, now) for c in result.overlaps],
-            "ended": [serialize.claim(c, now) for c in result.ended],
-        },
-        "delivery": delivery,
-    }
-    if result.overlaps:
-        await run_in_threadpool(_notify_overlaps, runtime, worker, result)
-    return Response(to_json(reply), media_type="application/json")
+    dms: Sequence[Message] = written.delivery.messages
+    if not runtime.deliverer.with_messages:  # DMs live on another server: a network call
+        dms = await run_in_threadpool(direct_messages, runtime, worker, written.delivery)
+    encode: serialize.AnswerJSON = request.app.state.answer_json
+    reply = encode.answer(
+        encode.appended(written.result, now), encode.delivery(written.delivery.entries, dms)
+    )
+    if written.result.overlaps:
+        await run_in_threadpool(_notify_overlaps, runtime, worker, written.result)
+    return Response(reply, media_type="application/json")
 
 
 @router.get("/entries/{entry_id}", summary="One entry, and the entries that refer to it")
