@@ -61,7 +61,9 @@ def hub(run_dir: Path | None, database_url: str | None, host: str | None, port: 
         f"dashboard at /dashboard)"
     )
     try:
-        make_server(runtime, settings.host, settings.port, log_level="info", tune_gc=True).run()
+        make_server(
+            runtime, settings.host, settings.port, log_level="info", dedicated_process=True
+        ).run()
     finally:
         runtime.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +12,13 @@ import httpx
 import pytest
 
 from swarm.bootstrap import Runtime
-from swarm.hub.server import GC_YOUNG_THRESHOLD, BackgroundHub, free_port, make_server
+from swarm.hub.server import (
+    GC_YOUNG_THRESHOLD,
+    SWITCH_INTERVAL,
+    BackgroundHub,
+    free_port,
+    make_server,
+)
 from swarm.tools.client import HubClient, HubError
 
 
@@ -212,13 +219,14 @@ def test_status_heartbeat_and_stop_releases_claims(
     assert a.call("POST", "/v1/status", json={"state": "idle"})["result"]["stop"] is True
 
 
-def test_a_hub_process_tunes_the_garbage_collector(runtime: Runtime) -> None:
-    """`swarm hub` serves with tune_gc: what lives at startup leaves the collector's reach, and
-    the young generation is collected far less often than CPython's default."""
+def test_a_hub_process_tunes_the_interpreter(runtime: Runtime) -> None:
+    """`swarm hub` serves as a dedicated process: what lives at startup leaves the collector's
+    reach, the young generation is collected far less often than CPython's default, and a
+    thread waiting for the GIL gets it sooner."""
     gc.unfreeze()
-    thresholds = gc.get_threshold()
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
     port = free_port()
-    server = make_server(runtime, "127.0.0.1", port, tune_gc=True)
+    server = make_server(runtime, "127.0.0.1", port, dedicated_process=True)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -228,9 +236,11 @@ def test_a_hub_process_tunes_the_garbage_collector(runtime: Runtime) -> None:
         assert server.started
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 10 * thresholds[0]
+        assert sys.getswitchinterval() == SWITCH_INTERVAL < interval / 5
         assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+        sys.setswitchinterval(interval)

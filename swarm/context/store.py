@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -32,7 +33,15 @@ from swarm.context.schema import claims, entries, entry_refs, workers
 from swarm.db import Database
 from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
 
-INSERT_ENTRIES = insert(entries).returning(entries.c.id)
+# Many entries in one statement, whatever their number. SQLite: the rows as one JSON array,
+# inserted in array order in one step; PostgreSQL: the columns as arrays through unnest.
+INSERT_ENTRIES_SQLITE = text(
+    "INSERT INTO entries (created_at, author_id, type, body, scope, refs) "
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
+    "json_extract(value, '$[5]') FROM json_each(:rows) ORDER BY key"
+)
+LAST_ROWID = text("SELECT last_insert_rowid()")
 INSERT_ENTRIES_PG = text(
     "INSERT INTO entries (created_at, author_id, type, body, scope, refs) "
     "SELECT * FROM unnest(CAST(:created_at AS float8[]), CAST(:author_id AS bigint[]), "
@@ -234,21 +243,21 @@ class ContextStore:
     def _insert_entries(self, conn: Connection, columns: dict[str, list[Any]], n: int) -> list[int]:
         """Insert n rows given column-wise, in order, in one statement; their ids, ascending.
 
-        SQLite: one multi-row INSERT ... RETURNING (SQLAlchemy's insertmanyvalues); the single
-        writer hands out rowids in VALUES order. PostgreSQL: the rows as arrays through unnest,
-        one short statement whatever n is (psycopg parses a multi-row VALUES statement anew for
-        each length: a tenth of the hub's CPU, measured); the id trigger runs row by row under its
-        lock in the order unnest yields them. Either way RETURNING may answer in any order.
+        SQLite: the rows as one JSON array, inserted in one step, with no row to read back (each
+        row read releases and retakes the GIL, which in a busy hub waits on the event loop; see
+        swarm.delivery). Entries are never deleted and SQLite gives a new row the highest rowid
+        plus one, so under the single writer the ids are the n that end at last_insert_rowid().
+        PostgreSQL: the rows as arrays through unnest, one short statement whatever n is
+        (psycopg parses a multi-row VALUES statement anew for each length: a tenth of the hub's
+        CPU, measured); the id trigger runs row by row under its lock in the order unnest yields
+        them, and RETURNING may answer in any order.
         """
         if self.db.is_sqlite:
-            keys = list(columns)
-            rows = [
-                dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)
-            ]
-            result = conn.execute(INSERT_ENTRIES, rows)
-        else:
-            result = conn.execute(INSERT_ENTRIES_PG, columns)
-        ids = sorted(result.scalars())
+            rows = json.dumps(list(zip(*columns.values(), strict=True)))
+            conn.execute(INSERT_ENTRIES_SQLITE, {"rows": rows})
+            last = int(conn.execute(LAST_ROWID).scalar_one())
+            return list(range(last - n + 1, last + 1))
+        ids = sorted(conn.execute(INSERT_ENTRIES_PG, columns).scalars())
         if len(ids) != n:
             raise RuntimeError(f"inserted {n} entries but got {len(ids)} ids back")
         return ids

@@ -27,14 +27,13 @@ def make_server(
     port: int,
     *,
     log_level: str = "warning",
-    tune_gc: bool = False,
+    dedicated_process: bool = False,
 ) -> uvicorn.Server:
-    """A uvicorn server for the hub. `tune_gc` is for a process that is only a hub; once
-    started (see `tune_collector`), the garbage collector leaves the startup heap alone and runs
-    its young-generation pass a few times a second instead of hundreds."""
+    """A uvicorn server for the hub. `dedicated_process`: this process is only a hub, so once
+    started the interpreter is tuned for it (see `tune_interpreter`)."""
     app = create_app(runtime)
-    if tune_gc:
-        app.router.on_startup.append(tune_collector)
+    if dedicated_process:
+        app.router.on_startup.append(tune_interpreter)
     config = uvicorn.Config(
         app,
         host=host,
@@ -50,19 +49,28 @@ def make_server(
 # CPython collects the young generation when container allocations outnumber deallocations by
 # threshold0 (700 by default), and deallocations of old objects count too, so under load the
 # young generation holds every object of every request in flight. With 256 appends waiting on
-# a group commit that is ~28,000 objects: each pass took ~1.8 ms, ~150 passes in 3 s, a sixth
-# of the hub's CPU (measured). Nearly all of the hub's garbage is freed by reference counting;
-# the collector is only for cycles, and 20,000 allocations of them is a few megabytes.
+# a group commit that is ~28,000 objects: each pass took ~1.8 ms, ~150 passes in 3 s, about a
+# tenth of the hub's CPU (measured). Nearly all of the hub's garbage is freed by reference
+# counting; the collector is only for cycles, and 20,000 allocations of them is a few megabytes.
 GC_YOUNG_THRESHOLD = 20_000
+# The event loop and the group-commit writer thread share one GIL. The writer releases it for
+# every SQLite step and PostgreSQL round trip, and to take it back from a busy event loop it
+# waits until the loop is made to let go, after the switch interval: CPython's 5 ms made each
+# batch wait on most of its statements while 256 callers waited on the batch. At 0.5 ms the
+# appends/ping ratio (median of 4 rounds, scripts/bench_context.py's load) went from 0.42-0.45
+# to 0.48-0.59 on SQLite (three runs) and from 0.48 to 0.56 on PostgreSQL.
+SWITCH_INTERVAL = 0.0005
 
 
-def tune_collector() -> None:
-    """Move what is alive at startup (modules, the app, the runtime) out of the collector's
-    reach with `gc.freeze()`: full collections of that heap stalled every request for ~100 ms a
-    few times a minute under load. Then raise the young-generation threshold (see above)."""
+def tune_interpreter() -> None:
+    """For a process that is only a hub. Move what is alive at startup (modules, the app, the
+    runtime) out of the collector's reach with `gc.freeze()`: full collections of that heap
+    stalled every request for ~100 ms a few times a minute under load. Raise the young
+    generation's threshold and shorten the GIL's switch interval (see above)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD)
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
