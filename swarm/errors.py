@@ -57,3 +57,7 @@ class Unavailable(SwarmError):
     """A backing service (database, git, a server) could not be reached."""
 
     status = 503
+
+
+# PostgreSQL text cannot hold NUL: refused on both engines, so a text means the same on both.
+NUL_REFUSED = "{what} contains a NUL character (\\x00); text cannot hold it: remove it"

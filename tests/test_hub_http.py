@@ -83,6 +83,8 @@ def test_operator_token_is_not_a_worker(operator: HubClient) -> None:
         ({"type": "FACT"}, "body: Field required"),
         ({"type": "FACT", "body": "x", "lease_seconds": "soon"}, "lease_seconds: Input should"),
         ({"type": "FACT", "body": "x", "lease_seconds": 0}, "a lease is 1 to 86400 seconds"),
+        ({"type": "FACT", "body": "a\x00b"}, "contains a NUL character"),
+        ({"type": "FACT", "body": "x", "scope": ["a\x00.py"]}, "a NUL character"),
     ],
 )
 def test_bad_entries_get_a_clear_4xx_and_change_nothing(
@@ -202,6 +204,9 @@ def test_message_errors(new_worker: Callable[[], HubClient]) -> None:
     assert info.value.status == 404
     with pytest.raises(HubError, match="the limit is 4000"):
         a.call("POST", "/v1/channel", json={"body": "x" * 4001})
+    with pytest.raises(HubError, match="contains a NUL character") as info:
+        a.call("POST", "/v1/channel", json={"body": "a\x00b"})
+    assert info.value.status == 422
 
 
 def test_status_heartbeat_and_stop_releases_claims(

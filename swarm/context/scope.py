@@ -41,9 +41,10 @@ def normalize(scope: object) -> tuple[str, ...]:
         item = raw.strip()
         if not item:
             raise InvalidInput("scope items must not be empty")
-        if len(item) > MAX_ITEM_LENGTH or "\n" in item:
+        if len(item) > MAX_ITEM_LENGTH or "\n" in item or "\x00" in item:
             raise InvalidInput(
-                f"scope item {item[:40]!r}... is over {MAX_ITEM_LENGTH} characters or has a newline"
+                f"scope item {item[:40]!r}... is over {MAX_ITEM_LENGTH} characters or has a "
+                "newline or a NUL character"
             )
         if item.lower().startswith(TOPIC_PREFIX):
             name = item[len(TOPIC_PREFIX) :].strip().lower()

@@ -31,10 +31,10 @@ from swarm.context.model import (
 )
 from swarm.context.schema import claims, entries, entry_refs, workers
 from swarm.db import Database
-from swarm.errors import Conflict, Forbidden, InvalidInput, NotFound
+from swarm.errors import NUL_REFUSED, Conflict, Forbidden, InvalidInput, NotFound
 
-# Many entries in one statement, whatever their number. SQLite: the rows as one JSON array,
-# inserted in array order in one step; PostgreSQL: the columns as arrays through unnest.
+# Many entries in one statement with one parameter, whatever their number: the rows as one JSON
+# array, inserted in array order (see ContextStore._insert_entries).
 INSERT_ENTRIES_SQLITE = text(
     "INSERT INTO entries (created_at, author_id, type, body, scope, refs) "
     "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
@@ -44,9 +44,9 @@ INSERT_ENTRIES_SQLITE = text(
 LAST_ROWID = text("SELECT last_insert_rowid()")
 INSERT_ENTRIES_PG = text(
     "INSERT INTO entries (created_at, author_id, type, body, scope, refs) "
-    "SELECT * FROM unnest(CAST(:created_at AS float8[]), CAST(:author_id AS bigint[]), "
-    "CAST(:type AS text[]), CAST(:body AS text[]), CAST(:scope AS text[]), "
-    "CAST(:refs AS text[])) RETURNING id"
+    "SELECT (r->>0)::float8, (r->>1)::bigint, r->>2, r->>3, r->>4, r->>5 "
+    "FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS t(r, i) ORDER BY i "
+    "RETURNING id"
 )
 MAX_REFS = 32
 MAX_GREP_LIMIT = 500
@@ -247,17 +247,17 @@ class ContextStore:
         row read releases and retakes the GIL, which in a busy hub waits on the event loop; see
         swarm.delivery). Entries are never deleted and SQLite gives a new row the highest rowid
         plus one, so under the single writer the ids are the n that end at last_insert_rowid().
-        PostgreSQL: the rows as arrays through unnest, one short statement whatever n is
-        (psycopg parses a multi-row VALUES statement anew for each length: a tenth of the hub's
-        CPU, measured); the id trigger runs row by row under its lock in the order unnest yields
-        them, and RETURNING may answer in any order.
+        PostgreSQL: the id trigger runs row by row under its lock in array order, and RETURNING
+        may answer in any order. (A multi-row VALUES statement is parsed anew by psycopg for
+        each length, a tenth of the hub's CPU; columns as arrays through unnest cost psycopg a
+        regular expression or two per element to quote them: both measured.)
         """
+        rows = json.dumps(list(zip(*columns.values(), strict=True)))
         if self.db.is_sqlite:
-            rows = json.dumps(list(zip(*columns.values(), strict=True)))
             conn.execute(INSERT_ENTRIES_SQLITE, {"rows": rows})
             last = int(conn.execute(LAST_ROWID).scalar_one())
             return list(range(last - n + 1, last + 1))
-        ids = sorted(conn.execute(INSERT_ENTRIES_PG, columns).scalars())
+        ids = sorted(conn.execute(INSERT_ENTRIES_PG, {"rows": rows}).scalars())
         if len(ids) != n:
             raise RuntimeError(f"inserted {n} entries but got {len(ids)} ids back")
         return ids
@@ -270,6 +270,8 @@ class ContextStore:
                 f"the body is {len(body)} characters; the limit is {self.body_limit}. "
                 "Summarize, and point at files or commits for the details"
             )
+        if "\x00" in body:
+            raise InvalidInput(NUL_REFUSED.format(what="the body"))
         return body.strip()
 
     @staticmethod

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from swarm.errors import InvalidInput
+from swarm.errors import NUL_REFUSED, InvalidInput
 from swarm.registry import Worker
 
 TASKS_CHANNEL = "tasks"
@@ -24,6 +24,8 @@ def check_body(body: object, limit: int) -> str:
         raise InvalidInput("the message is empty")
     if len(body) > limit:
         raise InvalidInput(f"the message is {len(body)} characters; the limit is {limit}")
+    if "\x00" in body:
+        raise InvalidInput(NUL_REFUSED.format(what="the message"))
     return body.strip()
 
 
