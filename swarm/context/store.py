@@ -41,7 +41,7 @@ INSERT_ENTRIES_SQLITE = text(
     "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
     "json_extract(value, '$[5]') FROM json_each(:rows) ORDER BY key"
 )
-LAST_ROWID = text("SELECT last_insert_rowid()")
+LAST_ROWID = text("SELECT last_insert_rowid(), changes()")
 INSERT_ENTRIES_PG = text(
     "INSERT INTO entries (created_at, author_id, type, body, scope, refs) "
     "SELECT (r->>0)::float8, (r->>1)::bigint, r->>2, r->>3, r->>4, r->>5 "
@@ -255,9 +255,10 @@ class ContextStore:
         rows = json.dumps(list(zip(*columns.values(), strict=True)))
         if self.db.is_sqlite:
             conn.execute(INSERT_ENTRIES_SQLITE, {"rows": rows})
-            last = int(conn.execute(LAST_ROWID).scalar_one())
-            return list(range(last - n + 1, last + 1))
-        ids = sorted(conn.execute(INSERT_ENTRIES_PG, {"rows": rows}).scalars())
+            last, inserted = conn.execute(LAST_ROWID).one()
+            ids = list(range(last - inserted + 1, last + 1))
+        else:
+            ids = sorted(conn.execute(INSERT_ENTRIES_PG, {"rows": rows}).scalars())
         if len(ids) != n:
             raise RuntimeError(f"inserted {n} entries but got {len(ids)} ids back")
         return ids
