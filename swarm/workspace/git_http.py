@@ -161,7 +161,11 @@ def git_router(
     git_dir = workspace.git_dir
     repo_name = git_dir.name
 
-    @router.api_route(f"/{repo_name}/{{path:path}}", methods=["GET", "POST"])
+    # Git's own protocol, not part of the JSON API (GET /v1/workspace gives the clone URL); in
+    # the OpenAPI schema one route with two methods would be one operation id twice.
+    @router.api_route(
+        f"/{repo_name}/{{path:path}}", methods=["GET", "POST"], include_in_schema=False
+    )
     async def serve(request: Request, path: str) -> Response:
         token = token_from_headers(request.headers.get("authorization"))
         if token is None:
