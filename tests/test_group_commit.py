@@ -252,3 +252,28 @@ def test_deliveries_of_a_batch_match_a_worker_by_worker_reading(runtime: Runtime
             assert shown.more == len(new) - len(new[:cap])
             cursors[w.id] = head
     assert {w.id: cursor(runtime, w) for w in crew} == cursors
+
+
+def test_many_batches_deliver_every_entry_exactly_once(runtime: Runtime) -> None:
+    """Small batches, every worker with calls in several of them: across all its answers and
+    one last collect, each worker is given every peer's entry once (shown, or counted in "more"
+    beyond the cap), and none of its own."""
+    crew = workers_of(runtime, 5)
+    group = GroupCommit(runtime, max_batch=3, inline=False)
+    calls = [pending(runtime, crew[i % 5], "OBSERVED", f"note {i}") for i in range(60)]
+    got = gather(group, calls)
+    group.close()
+    assert group.batches >= 20
+    done = [g for g in got if isinstance(g, Appended)]
+    assert len(done) == 60 and len({g.result.entry.id for g in done}) == 60
+    author_of = {g.result.entry.id: g.result.entry.author for g in done}
+    for w in crew:
+        blocks = [
+            g.delivery.entries for g, c in zip(done, calls, strict=True) if c.author_id == w.id
+        ]
+        blocks.append(runtime.deliverer.collect(w.id).entries)
+        shown = [e.id for b in blocks for e in b.shown]
+        assert len(shown) == len(set(shown))  # never twice
+        assert all(author_of[i] != w.name for i in shown)  # never its own
+        given = sum(len(b.shown) + b.more for b in blocks)
+        assert given == sum(1 for a in author_of.values() if a != w.name)  # every peer's, once
