@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, bindparam, text
 
 from swarm.context.model import Entry, EntryDelivery
-from swarm.context.store import entry_from_row
+from swarm.context.store import entry_from_values
 from swarm.db import Database
 from swarm.messages.ports import Message
 
@@ -48,10 +48,15 @@ _STATE_JSON = (
 )
 # Newest first, a page at a time: each worker takes the first `cap` that are new to it and not
 # its own, so one page usually serves a whole batch of workers.
-ENTRIES = text(
+_ENTRIES = (
     "SELECT e.id, e.created_at, e.author_id, w.name AS author, e.type, e.body, e.scope, e.refs "
     "FROM entries e JOIN workers w ON w.id = e.author_id "
     "WHERE e.id > :lo AND e.id <= :hi ORDER BY e.id DESC LIMIT :n"
+)
+ENTRIES = text(_ENTRIES)
+ENTRIES_JSON = text(
+    "SELECT json_group_array(json_array(id, created_at, author_id, author, type, body, scope, "
+    f"refs)) FROM ({_ENTRIES})"
 )
 # How many were new to the workers that share a cursor (for "N more": the shown ones plus the
 # rest): one range scan per distinct cursor, counted by author, so each worker's count is the
@@ -171,9 +176,14 @@ class Deliverer:
         shown: dict[int, tuple[Entry, ...]] = {}
         page: list[tuple[int, Entry]] = []  # (author id, entry), newest first
         lo, hi, n = min(groups), head, 2 * self.cap  # 2 x cap: a worker skips only its own
+        paged = ENTRIES_JSON if self.db.is_sqlite else ENTRIES
         while True:
-            rows = conn.execute(ENTRIES, {"lo": lo, "hi": hi, "n": n}).all()
-            page += [(row.author_id, entry_from_row(row)) for row in rows]
+            rows = self._rows(conn, paged, {"lo": lo, "hi": hi, "n": n})
+            rows.sort(key=lambda row: -row[0])  # newest first (SQLite's aggregate keeps no order)
+            page += [
+                (author_id, entry_from_values(i, at, author, kind, body, scope, refs))
+                for i, at, author_id, author, kind, body, scope, refs in rows
+            ]
             exhausted = len(rows) < n  # the page reaches down to the lowest cursor
             for cursor, group in groups.items():
                 newer = [pair for pair in page if pair[1].id > cursor]

@@ -74,10 +74,17 @@ def _split(value: str) -> tuple[str, ...]:
 
 def entry_from_row(row: Row[Any]) -> Entry:
     """An Entry from a row of ENTRY_SELECT (or any row with the same columns)."""
-    refs = tuple(int(r) for r in row.refs.split(",")) if row.refs else ()
-    return Entry(
-        row.id, row.created_at, row.author, EntryType(row.type), row.body, _split(row.scope), refs
+    return entry_from_values(
+        row.id, row.created_at, row.author, row.type, row.body, row.scope, row.refs
     )
+
+
+def entry_from_values(
+    id: int, created_at: float, author: str, type: str, body: str, scope: str, refs: str
+) -> Entry:
+    """An Entry from its stored columns (scope and refs as stored: joined by newline, comma)."""
+    ref_ids = tuple(int(r) for r in refs.split(",")) if refs else ()
+    return Entry(id, created_at, author, EntryType(type), body, _split(scope), ref_ids)
 
 
 def parse_type(value: str) -> EntryType:
