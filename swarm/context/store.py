@@ -183,15 +183,20 @@ class ContextStore:
         if not pending:
             return []
         now = self.clock()
-        columns: dict[str, list[Any]] = {
-            "created_at": [now] * len(pending),
-            "author_id": [p.author_id for p in pending],
-            "type": [p.type.value for p in pending],
-            "body": [p.body for p in pending],
-            "scope": ["\n".join(p.scope) for p in pending],
-            "refs": [",".join(str(r) for r in p.refs) for p in pending],
-        }
-        ids = self._insert_entries(conn, columns, len(pending))
+        ids = self._insert_entries(
+            conn,
+            [
+                (
+                    now,
+                    p.author_id,
+                    p.type.value,
+                    p.body,
+                    "\n".join(p.scope),
+                    ",".join(map(str, p.refs)),
+                )
+                for p in pending
+            ],
+        )
         ref_rows = [
             {"entry_id": entry_id, "ref_id": r}
             for entry_id, p in zip(ids, pending, strict=True)
@@ -247,8 +252,9 @@ class ContextStore:
             results.append(AppendResult(entry, overlaps, ended))
         return results
 
-    def _insert_entries(self, conn: Connection, columns: dict[str, list[Any]], n: int) -> list[int]:
-        """Insert n rows given column-wise, in order, in one statement; their ids, ascending.
+    def _insert_entries(self, conn: Connection, rows: list[tuple[Any, ...]]) -> list[int]:
+        """Insert rows of (created_at, author_id, type, body, scope, refs), in order, in one
+        statement; their ids, ascending.
 
         SQLite: the rows as one JSON array, inserted in one step, with no row to read back (each
         row read releases and retakes the GIL, which in a busy hub waits on the event loop; see
@@ -259,15 +265,15 @@ class ContextStore:
         each length, a tenth of the hub's CPU; columns as arrays through unnest cost psycopg a
         regular expression or two per element to quote them: both measured.)
         """
-        rows = json.dumps(list(zip(*columns.values(), strict=True)))
+        as_json = json.dumps(rows)
         if self.db.is_sqlite:
-            conn.execute(INSERT_ENTRIES_SQLITE, {"rows": rows})
+            conn.execute(INSERT_ENTRIES_SQLITE, {"rows": as_json})
             last, inserted = conn.execute(LAST_ROWID).one()
             ids = list(range(last - inserted + 1, last + 1))
         else:
-            ids = sorted(conn.execute(INSERT_ENTRIES_PG, {"rows": rows}).scalars())
-        if len(ids) != n:
-            raise RuntimeError(f"inserted {n} entries but got {len(ids)} ids back")
+            ids = sorted(conn.execute(INSERT_ENTRIES_PG, {"rows": as_json}).scalars())
+        if len(ids) != len(rows):
+            raise RuntimeError(f"inserted {len(rows)} entries but got {len(ids)} ids back")
         return ids
 
     def _check_body(self, body: object) -> str:
