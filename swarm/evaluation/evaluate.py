@@ -1,22 +1,36 @@
-"""Score one commit of the shared repository with the hidden tests, in a checkout of our own."""
+"""Score one commit of the shared repository with the hidden tests: a fresh copy of the commit
+and of the hidden tests (with canaries) for each scoring, in a fresh sandbox with no network,
+with pytest configured by the evaluator alone (docs/tasks.md, "The evaluator")."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
+import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
-from swarm.errors import NotFound, Unavailable
-from swarm.evaluation.parse import parse_counts
+from swarm.evaluation.canary import plant
+from swarm.evaluation.isolation import pytest_settings, read_results_file
+from swarm.evaluation.parse import TestOutcome, parse_tests
+from swarm.evaluation.source import Source, open_source
+from swarm.evaluation.verdict import judge
+from swarm.sandbox import BoxSpec, SandboxLimits, default_sandbox, get_sandbox, run
+from swarm.tasks.environment import PythonEnv
 from swarm.tasks.model import Task
+from swarm.tasks.rebuild.oracle import task_oracle
 
 TAIL_CHARS = 4000
+
+# "scored": a real pass rate. "tampered": a canary test (one that must fail) passed, so the code
+# under test interfered with the scoring. "incomplete": fewer tests ran than the task declares.
+# "error": nothing could be scored (timeout, crash). Only "scored" checkpoints are pass rates.
+CheckpointStatus = Literal["scored", "tampered", "incomplete", "error"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,9 @@ class Checkpoint:
     duration: float
     output_tail: str
     reason: str | None = None
+    status: CheckpointStatus = "scored"
+    # Each hidden test's outcome by its id (pytest's node id), when the scoring reports them.
+    tests: dict[str, TestOutcome] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -41,105 +58,122 @@ class Checkpoint:
         return replace(self, time=when, duration=0.0)
 
 
-def _git(args: list[str], cwd: Path) -> str:
-    result = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=_git_env()
-    )
-    if result.returncode != 0:
-        raise Unavailable(f"git {args[0]} failed in {cwd}: {result.stderr.strip()[-300:]}")
-    return result.stdout.strip()
-
-
-def _git_env() -> dict[str, str]:
-    # Never prompt for credentials: an evaluator runs unattended.
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    env.pop("GIT_DIR", None)
-    return env
-
-
-def sync_checkout(repo: str | Path, commit: str, workdir: Path) -> tuple[Path, str]:
-    """Fetch `repo` into `workdir/checkout` and check out `commit` cleanly; returns (dir, sha)."""
-    checkout = workdir / "checkout"
-    if not (checkout / ".git").exists():
-        checkout.mkdir(parents=True, exist_ok=True)
-        _git(["init", "--quiet"], checkout)
-        _git(["remote", "add", "origin", str(repo)], checkout)
-    else:
-        _git(["remote", "set-url", "origin", str(repo)], checkout)
-    _git(["fetch", "--quiet", "--force", "origin", "+refs/heads/*:refs/remotes/origin/*"], checkout)
-    sha = ""
-    for candidate in (f"refs/remotes/origin/{commit}", commit):
-        result = subprocess.run(
-            ["git", "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"],
-            cwd=checkout, capture_output=True, text=True, env=_git_env(),
-        )  # fmt: skip
-        if result.returncode == 0:
-            sha = result.stdout.strip()
-            break
-    if not sha:
-        raise NotFound(f"commit or branch {commit!r} is not in {repo}")
-    _git(["checkout", "--quiet", "--force", "--detach", sha], checkout)
-    _git(["clean", "--quiet", "-xdff"], checkout)
-    return checkout, sha
-
-
-def clean_env(home: Path) -> dict[str, str]:
-    """A minimal environment: nothing from the evaluator's shell leaks into the hidden tests."""
-    python_bin = str(Path(sys.executable).parent)
+def clean_env(home: Path, python_bin: Path | None = None) -> dict[str, str]:
+    """A minimal environment: nothing from the evaluator's shell leaks into the hidden tests.
+    `python_bin`: the task environment's bin folder (default: this Python's)."""
+    python_bin = python_bin or Path(sys.executable).parent
     return {
-        "PATH": os.pathsep.join([python_bin, "/usr/local/bin", "/usr/bin", "/bin"]),
+        "PATH": os.pathsep.join([str(python_bin), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         "TMPDIR": str(home),
+        "PYTHONPATH": "",  # bwrap would put swarm's own source tree there
     }
 
 
-def run_limited(
-    command: str, cwd: Path, env: dict[str, str], timeout: float
-) -> tuple[int | None, str]:
-    """Run a shell command; on timeout kill its whole process group and return (None, output)."""
-    with tempfile.TemporaryFile() as sink:
-        process = subprocess.Popen(
-            command, shell=True, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        try:
-            code: int | None = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            # Tests may leave children behind (servers, forks): end the whole group either way.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        sink.seek(0)
-        return code, sink.read().decode("utf-8", errors="replace")
-
-
 def evaluate(
-    task: Task, repo: str | Path, commit: str = "main", workdir: str | Path | None = None
+    task: Task,
+    repo: str | Path,
+    commit: str = "main",
+    workdir: str | Path | None = None,
+    *,
+    sandbox: str | None = None,
+    python_env: PythonEnv | None = None,
 ) -> Checkpoint:
-    """Check out `commit` of `repo` in `workdir` (the evaluator's own) and run the hidden tests."""
+    """Score `commit` of `repo` (a git repository, path or URL, or a plain folder): a fresh
+    copy of it and of the hidden tests, with canaries, in a fresh sandbox with no network.
+    `sandbox`: a backend by name (default: `default_sandbox()`); `python_env`: the task's
+    environment (`swarm.tasks.environment.task_environment`), None for this Python."""
     task.require_prepared()
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="swarm-eval-"))
+    base = base.resolve()
     base.mkdir(parents=True, exist_ok=True)
-    checkout, sha = sync_checkout(repo, commit, base)
-    home = base / "home"
-    home.mkdir(exist_ok=True)
-    started = time.time()
-    code, output = run_limited(
-        task.render_eval_command(), checkout, clean_env(home), task.eval_timeout
+    source = open_source(repo, base)
+    sha = source.resolve(commit)
+    return score(task, source, sha, base, sandbox=sandbox, python_env=python_env)
+
+
+def score(
+    task: Task,
+    source: Source,
+    sha: str,
+    base: Path,
+    *,
+    sandbox: str | None = None,
+    python_env: PythonEnv | None = None,
+) -> Checkpoint:
+    """Score `sha` of `source` in a scoring folder of its own under `base`, removed after."""
+    scoring = Path(tempfile.mkdtemp(prefix="scoring-", dir=base))
+    try:
+        return _score(task, source, sha, scoring, sandbox or default_sandbox(), python_env)
+    finally:
+        shutil.rmtree(scoring, ignore_errors=True)
+
+
+def _score(
+    task: Task, source: Source, sha: str, scoring: Path, sandbox: str, env: PythonEnv | None
+) -> Checkpoint:
+    # Only `work` is writable inside the sandbox: the copy of the code, a home and tmp, and
+    # the pytest plugin's results. The hidden tests (with this scoring's canaries) and the
+    # evaluator's pytest configuration are read-only.
+    work, hidden, conf = scoring / "work", scoring / "hidden", scoring / "conf"
+    checkout, home = work / "repo", work / "tmp"
+    source.copy_into(sha, checkout)
+    home.mkdir(parents=True)
+    shutil.copytree(task.hidden_dir, hidden, symlinks=True)
+    command = task.render_eval_command(hidden=hidden)
+    canaries = plant(hidden, command, pytest=task.uses_pytest)
+    environ = clean_env(home, env.bin_dir if env else None)
+    read_only = [hidden, *(env.ro_paths() if env else ())]
+    if task.oracle_path is not None and "{oracle}" in task.eval_command:
+        read_only.append(task.oracle_path.parent)
+    results = work / f"results-{secrets.token_hex(6)}.jsonl"
+    if task.uses_pytest:
+        environ.update(pytest_settings(hidden, conf, results))
+        read_only.append(conf)
+    program = task_oracle(task)
+    spec = BoxSpec(
+        name="eval",
+        checkout=work,
+        env=environ,
+        limits=SandboxLimits(command_seconds=task.eval_timeout),
+        network=False,
+        extra_ro=tuple(read_only),
+        # A rebuild task's original program, where this machine has it installed: the code
+        # under test must not be able to call it.
+        hidden=tuple(Path(p) for p in program.installed) if program else (),
     )
+    box = get_sandbox(sandbox).open(spec)
+    started = time.time()
+    code: int | None
+    try:
+        done = run(box, ["sh", "-c", command], cwd=checkout, timeout=task.eval_timeout,
+                   merge_stderr=True)  # fmt: skip
+        code, output = done.returncode, done.stdout
+    except subprocess.TimeoutExpired as exc:
+        code, output = None, _text(exc.output)
+    finally:
+        box.close()
     duration = time.time() - started
     tail = output[-TAIL_CHARS:]
     if code is None:
         reason = f"timed out after {task.eval_timeout:g}s; the process group was killed"
-        return Checkpoint(started, sha, 0, 0, duration, tail, reason)
-    counts = parse_counts(output)
-    if counts is None:
+        return Checkpoint(started, sha, 0, 0, duration, tail, reason, status="error")
+    outcomes = read_results_file(results) if task.uses_pytest else parse_tests(output)
+    verdict = judge(output, outcomes, canaries, task.check, per_test=task.uses_pytest)
+    if verdict is None:
         reason = f"no test summary in the output (exit code {code}); the run crashed"
-        return Checkpoint(started, sha, 0, 0, duration, tail, reason)
-    return Checkpoint(started, sha, counts[0], counts[1], duration, tail)
+        return Checkpoint(started, sha, 0, 0, duration, tail, reason, status="error")
+    return Checkpoint(
+        started, sha, verdict.passed, verdict.total, duration, tail, verdict.reason,
+        verdict.status, verdict.tests,
+    )  # fmt: skip
+
+
+def _text(value: str | bytes | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value or ""

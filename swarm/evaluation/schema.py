@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, String, Table, Text
+from sqlalchemy import Column, Float, ForeignKey, Index, Integer, String, Table, Text
 
 from swarm.context.schema import Id
 from swarm.db import metadata
@@ -18,4 +18,15 @@ checkpoints = Table(
     Column("duration", Float, nullable=False, default=0.0),
     Column("reason", Text, nullable=True),  # why a checkpoint scored nothing (timeout, crash)
     Index("checkpoints_by_time", "time"),
+)
+
+# What a checkpoint found beyond its counts: its status and each hidden test's outcome (a JSON
+# object of test id -> outcome). A table of its own, so the hub still opens the database of a
+# run recorded before it existed (the schema is created, never migrated).
+checkpoint_results = Table(
+    "checkpoint_results",
+    metadata,
+    Column("checkpoint_id", Id, ForeignKey("checkpoints.id"), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("tests", Text, nullable=False),
 )

@@ -115,7 +115,8 @@ def run_example(command: list[str], example: dict[str, Any], timeout: float) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every example and print the failures by section, then `N passed, M failed`."""
+    """Run every example; print each one's outcome, the failures by section, then
+    `N passed, M failed`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("examples")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per example")
@@ -129,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         examples: list[dict[str, Any]] = json.load(handle)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda ex: run_example(command, ex, args.timeout), examples))
+    # One line per example, as pytest's `-rA` summary has them: the evaluator keeps each
+    # example's outcome, and tells its canaries (examples that must fail) apart by id.
+    name = os.path.basename(args.examples)
+    for index, (example, ok) in enumerate(zip(examples, results, strict=True)):
+        print(f"{'PASSED' if ok else 'FAILED'} {name}::example-{example.get('example', index + 1)}")
     failed_by_section: dict[str, int] = {}
     for example, ok in zip(examples, results, strict=True):
         if not ok:
