@@ -6,6 +6,7 @@ the engine-specific DDL (append-only triggers, commit-ordered ids, trigram index
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -100,8 +101,10 @@ class Database:
         else:
             kwargs["pool_size"] = pool_size
             kwargs["max_overflow"] = 64
-            # A ping per checkout is a round trip per call; recycle old connections instead.
             kwargs["pool_recycle"] = 1800
+            # A ping per checkout costs a round trip per call, but without it a connection the
+            # server dropped (a restart, pg_terminate_backend) failed the next call with a 500.
+            kwargs["pool_pre_ping"] = os.environ.get("SWARM_DB_PRE_PING", "1") != "0"
         self.engine: Engine = create_engine(url, **kwargs)
         # Writers begin IMMEDIATE on SQLite (set once here: per-connection options cost ~0.1 ms).
         self._immediate = self.engine.execution_options(sqlite_begin="IMMEDIATE")
@@ -116,6 +119,8 @@ class Database:
         """Create every table and the engine-specific DDL; safe to run again."""
         import swarm.context.schema
         import swarm.evaluation.schema
+        import swarm.hub.hublog
+        import swarm.hub.idempotency
         import swarm.messages.schema
         import swarm.worker.schema
         import swarm.workspace.schema  # noqa: F401

@@ -96,12 +96,24 @@ EMPTY = Delivery(EntryDelivery(), ())
 
 
 class Deliverer:
-    """Collects workers' delivery blocks; `with_messages` when DMs live in the same database."""
+    """Collects workers' delivery blocks; `with_messages` when DMs live in the same database.
+    A run without the shared context (`entries` off) or without DMs (`dms` off, see
+    swarm.switches) delivers none of them."""
 
-    def __init__(self, db: Database, cap: int, *, with_messages: bool) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cap: int,
+        *,
+        with_messages: bool,
+        entries: bool = True,
+        dms: bool = True,
+    ) -> None:
         self.db = db
         self.cap = cap
-        self.with_messages = with_messages
+        self.entries = entries
+        self.dms = dms
+        self.with_messages = with_messages and dms
         self._state = _over_workers(_STATE, db.dialect)
         self._state_locked = _over_workers(
             _STATE_JSON if db.is_sqlite else _STATE_LOCKED, db.dialect
@@ -110,7 +122,7 @@ class Deliverer:
 
     def _pending(self, state: Any) -> bool:
         return bool(
-            state.head > state.entry_cursor
+            (self.entries and state.head > state.entry_cursor)
             or (self.with_messages and state.dm_head > state.dm_cursor)
         )
 
@@ -134,7 +146,7 @@ class Deliverer:
         for w, entry_cursor, dm_cursor, head, dm_head in self._rows(
             conn, self._state_locked, {"ws": ids}
         ):
-            if head > entry_cursor:
+            if self.entries and head > entry_cursor:
                 behind[w] = entry_cursor
             if self.with_messages and dm_head > dm_cursor:
                 dms.append((w, dm_cursor, dm_head))

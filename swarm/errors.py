@@ -53,10 +53,27 @@ class CheckFailed(Conflict):
         self.output = output
 
 
+class RateLimited(SwarmError):
+    """Too many calls of one kind from one worker; `retry_after` seconds until the next may go."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Unavailable(SwarmError):
     """A backing service (database, git, a server) could not be reached."""
 
     status = 503
+
+
+class StorageFull(SwarmError):
+    """A write failed because the disk it goes to is full; nothing was changed. Clients retry
+    (a 5xx), so the work goes on by itself once space returns."""
+
+    status = 507
 
 
 # PostgreSQL text cannot hold NUL: refused on both engines, so a text means the same on both.

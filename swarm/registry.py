@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 
-from swarm.context.schema import workers
+from swarm.context.schema import joined_workers, workers
 from swarm.db import Database
-from swarm.errors import NotFound, Unauthorized
+from swarm.errors import Forbidden, NotFound, Unauthorized
 
 TOKEN_PREFIX = "swt_"
 
@@ -55,9 +55,20 @@ class Registry:
         self.clock = clock
         self._by_token: dict[str, Worker] = {}  # tokens never change, so caching is safe
 
-    def register(self, *, model: str | None = None) -> tuple[Worker, str]:
+    def register(self, *, model: str | None = None, limit: int | None = None) -> tuple[Worker, str]:
+        """A new worker and its token; `limit` (a join-token registration): refuse once the join
+        token registered that many workers (the operator's registrations do not count)."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(24)
         with self.db.write() as conn:
+            if limit is not None:
+                if not self.db.is_sqlite:  # (SQLite's writes are serialized already)
+                    conn.execute(text("SELECT pg_advisory_xact_lock(7300501)"))
+                known = conn.execute(select(func.count()).select_from(joined_workers)).scalar_one()
+                if int(known) >= limit:
+                    raise Forbidden(
+                        f"this run declared {limit} workers and all of them have registered; "
+                        "the join token registers no more (the operator token can)"
+                    )
             worker_id = conn.execute(
                 insert(workers)
                 .values(
@@ -70,6 +81,8 @@ class Registry:
             ).scalar_one()
             name = f"w{worker_id}"
             conn.execute(update(workers).where(workers.c.id == worker_id).values(name=name))
+            if limit is not None:
+                conn.execute(insert(joined_workers).values(worker_id=worker_id))
         return Worker(worker_id, name), token
 
     def authenticate(self, token: str) -> Worker:

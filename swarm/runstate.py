@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import Connection, case, func, insert, select, update
 
 from swarm.context.counts import claim_counts
 from swarm.context.schema import entries, workers
 from swarm.db import Database
+from swarm.diskfull import SESSION_PREFIX
 from swarm.errors import Forbidden, InvalidInput, NotFound
-from swarm.evaluation.schema import checkpoints
+from swarm.evaluation.schema import checkpoint_results, checkpoints
 from swarm.messages.schema import messages
 from swarm.worker.schema import run_flags, sessions
 
@@ -25,6 +27,7 @@ SESSION_ENDINGS = {
     "context_limit",
     "error",
     "stopped",
+    "lost",  # set by the hub: the worker died during the session (swarm.hub.liveness)
 }
 
 
@@ -54,6 +57,7 @@ class CheckpointRow:
     total: int
     duration: float
     reason: str | None
+    status: str = "scored"
 
 
 class RunState:
@@ -166,11 +170,13 @@ class RunState:
         total: int,
         duration: float = 0.0,
         reason: str | None = None,
+        status: str = "scored",
+        tests: dict[str, str] | None = None,
     ) -> int:
         if passed < 0 or total < 0 or passed > total:
             raise InvalidInput(f"a checkpoint needs 0 <= passed <= total; got {passed}/{total}")
         with self.db.write() as conn:
-            return int(
+            checkpoint_id = int(
                 conn.execute(
                     insert(checkpoints)
                     .values(
@@ -184,14 +190,25 @@ class RunState:
                     .returning(checkpoints.c.id)
                 ).scalar_one()
             )
+            conn.execute(
+                insert(checkpoint_results).values(
+                    checkpoint_id=checkpoint_id, status=status, tests=json.dumps(tests or {})
+                )
+            )
+            return checkpoint_id
 
     def checkpoints(self) -> list[CheckpointRow]:
+        query = (
+            select(checkpoints, checkpoint_results.c.status)
+            .outerjoin(checkpoint_results, checkpoint_results.c.checkpoint_id == checkpoints.c.id)
+            .order_by(checkpoints.c.time, checkpoints.c.id)
+        )
         with self.db.read() as conn:
-            rows = conn.execute(select(checkpoints).order_by(checkpoints.c.time, checkpoints.c.id))
             return [
-                CheckpointRow(r.id, r.time, r.commit, r.passed, r.total, r.duration, r.reason)
-                for r in rows
-            ]
+                CheckpointRow(r.id, r.time, r.commit, r.passed, r.total, r.duration, r.reason,
+                              r.status or "scored")
+                for r in conn.execute(query)
+            ]  # fmt: skip
 
     # flags ------------------------------------------------------------------------------
     def set_flag(self, key: str, value: str) -> None:
@@ -232,6 +249,17 @@ class RunState:
             running = conn.execute(
                 select(func.count()).select_from(sessions).where(sessions.c.ended_at.is_(None))
             ).scalar_one()
+            failed = conn.execute(
+                select(func.count()).select_from(sessions).where(sessions.c.ended == "error")
+            ).scalar_one()
+            # Failed by a full disk (swarm.worker.runtime marks them): they pass once space
+            # returns, so they do not count as a setup that fails every session.
+            disk_full = conn.execute(
+                select(func.count())
+                .select_from(sessions)
+                .where(sessions.c.ended == "error", sessions.c.detail.startswith(SESSION_PREFIX))
+            ).scalar_one()
+            failing = _failing_workers(conn)
             message_counts = conn.execute(
                 select(
                     func.sum(case((messages.c.channel.is_not(None), 1), else_=0)),
@@ -239,7 +267,10 @@ class RunState:
                 )
             ).one()
             latest = conn.execute(
-                select(checkpoints)
+                select(checkpoints, checkpoint_results.c.status)
+                .outerjoin(
+                    checkpoint_results, checkpoint_results.c.checkpoint_id == checkpoints.c.id
+                )
                 .order_by(checkpoints.c.time.desc(), checkpoints.c.id.desc())
                 .limit(1)
             ).first()
@@ -248,7 +279,15 @@ class RunState:
             "workers": int(worker_count),
             "entries": {k: int(v) for k, v in by_type.items()},
             "claims": claim_states,
-            "sessions": {"total": int(totals[0]), "running": int(running)},
+            "sessions": {
+                "total": int(totals[0]),
+                "running": int(running),
+                "failed": int(failed),
+                "disk_full": int(disk_full),
+                "succeeded": int(totals[0]) - int(running) - int(failed),
+            },
+            # Workers whose last session failed, with why: shown on the panel while it lasts.
+            "failing": failing,
             "tokens_in": int(totals[1]),
             "tokens_out": int(totals[2]),
             "cost": float(totals[3]),
@@ -265,9 +304,29 @@ class RunState:
                     latest.total,
                     latest.duration,
                     latest.reason,
+                    latest.status or "scored",
                 )
             )
             if latest
             else None,
             "stop": self.stop_requested,
         }
+
+
+def _failing_workers(conn: Connection, limit: int = 20) -> list[dict[str, str]]:
+    """The workers whose most recent ended session ended in an error, with its detail."""
+    last = (
+        select(func.max(sessions.c.id).label("id"))
+        .where(sessions.c.ended_at.is_not(None))
+        .group_by(sessions.c.worker_id)
+        .subquery()
+    )
+    rows = conn.execute(
+        select(workers.c.name, sessions.c.detail)
+        .join(last, last.c.id == sessions.c.id)
+        .join(workers, workers.c.id == sessions.c.worker_id)
+        .where(sessions.c.ended == "error")
+        .order_by(workers.c.id)
+        .limit(limit)
+    ).all()
+    return [{"worker": name, "detail": detail or "no detail"} for name, detail in rows]

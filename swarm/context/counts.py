@@ -18,14 +18,17 @@ def claim_counts(conn: Connection, now: float) -> dict[str, int]:
         .where(claims.c.end_reason.is_not(None))
         .group_by(claims.c.end_reason)
     )
+    lapsed_ended = 0  # ended by the hub: "lapsed (worker dead)"
     for reason, count in ended:
         if reason in counts:
             counts[reason] = int(count)
+        elif reason.startswith("lapsed"):
+            lapsed_ended += int(count)
     total, alive = conn.execute(
         select(func.count(), func.sum(case((claims.c.lease_until > now, 1), else_=0))).where(
             claims.c.ended_at.is_(None)
         )
     ).one()
     counts["active"] = int(alive or 0)
-    counts["lapsed"] = int(total or 0) - counts["active"]
+    counts["lapsed"] = int(total or 0) - counts["active"] + lapsed_ended
     return counts

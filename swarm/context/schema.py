@@ -39,6 +39,15 @@ workers = Table(
     Column("heartbeat_at", Float, nullable=True),
 )
 
+# The workers the run's join token registered (it registers at most the declared number; the
+# operator's registrations do not count against it). A table of its own, so the hub still opens
+# the database of a run recorded before it existed (the schema is created, never migrated).
+joined_workers = Table(
+    "joined_workers",
+    metadata,
+    Column("worker_id", Id, ForeignKey("workers.id"), primary_key=True),
+)
+
 ENTRY_TYPES = ("OBSERVED", "FACT", "FAIL", "CLAIM", "PATCH_SUMMARY")
 
 entries = Table(

@@ -1,14 +1,20 @@
-"""Claim scopes: paths, globs and topics, and whether two scopes can touch the same thing.
+"""Claim scopes: paths, globs, symbols and topics, and whether two scopes can touch the same
+thing.
 
-A scope item is either a topic (`topic:<name>`, compared case-insensitively) or a repository
-path or glob (`src/parser/**`, `src/*.py`, `docs/api.md`). A path without glob characters also
-covers everything below it, so claiming `src/parser` claims `src/parser/lexer.py`. Two globs
-overlap when some path matches both; this is decided exactly (segment by segment, with `**`
-spanning any number of segments), not by comparing prefixes.
+A scope item is a topic (`topic:<name>`, compared case-insensitively), a repository path or glob
+(`src/parser/**`, `src/*.py`, `docs/api.md`), or a symbol in one file (`src/text.py::pluralize`,
+`src/text.py::Inflector.camelize`). A path without glob characters also covers everything below
+it, so claiming `src/parser` claims `src/parser/lexer.py`. Two globs overlap when some path
+matches both; this is decided exactly (segment by segment, with `**` spanning any number of
+segments), not by comparing prefixes. Two symbols overlap only when they are in the same file and
+one names the other or what contains it (`Inflector` and `Inflector.camelize`); a symbol and a
+path or glob overlap when the path covers the symbol's file, so many workers can claim different
+functions of one file without stepping on each other.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from functools import cache
 
@@ -18,6 +24,9 @@ TOPIC_PREFIX = "topic:"
 MAX_ITEMS = 64
 MAX_ITEM_LENGTH = 300
 GLOB_CHARS = set("*?[")
+SYMBOL_SEPARATOR = "::"
+# Dotted names: a function, a class, a method (Class.method), in any language's usual spelling.
+_SYMBOL = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*")
 
 # Tokens of a compiled segment pattern: ("*",) any run, ("?",) one char, ("c", x) a literal,
 # ("[", chars, negated) a class.
@@ -51,11 +60,42 @@ def normalize(scope: object) -> tuple[str, ...]:
             if not name:
                 raise InvalidInput("a topic needs a name after 'topic:', e.g. topic:error-messages")
             item = TOPIC_PREFIX + name
+        elif SYMBOL_SEPARATOR in item:
+            item = _normalize_symbol(item)
         else:
             item = _normalize_path(item)
         if item not in items:
             items.append(item)
     return tuple(items)
+
+
+def _normalize_symbol(item: str) -> str:
+    path, _, symbol = item.partition(SYMBOL_SEPARATOR)
+    symbol = symbol.strip()
+    if not _SYMBOL.fullmatch(symbol):
+        raise InvalidInput(
+            f"scope {item!r}: after '::' name a symbol of the file, e.g. src/text.py::pluralize "
+            "or src/text.py::Inflector.camelize (names joined by dots)"
+        )
+    if set(path) & GLOB_CHARS:
+        raise InvalidInput(
+            f"scope {item!r}: a symbol belongs to one file; name the file without '*', '?' "
+            "or '[' (e.g. src/text.py::pluralize)"
+        )
+    return _normalize_path(path.strip()) + SYMBOL_SEPARATOR + symbol
+
+
+def split_symbol(item: str) -> tuple[str, str | None]:
+    """(path, symbol) of a scope item; the symbol is None for paths, globs and topics."""
+    if item.startswith(TOPIC_PREFIX) or SYMBOL_SEPARATOR not in item:
+        return item, None
+    path, _, symbol = item.partition(SYMBOL_SEPARATOR)
+    return path, symbol
+
+
+def symbols_meet(a: str, b: str) -> bool:
+    """Whether two dotted symbols can be the same code: equal, or one contains the other."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def _normalize_path(path: str) -> str:
@@ -78,6 +118,11 @@ def item_overlaps(a: str, b: str) -> bool:
     a_topic, b_topic = a.startswith(TOPIC_PREFIX), b.startswith(TOPIC_PREFIX)
     if a_topic or b_topic:
         return a == b
+    (a_path, a_symbol), (b_path, b_symbol) = split_symbol(a), split_symbol(b)
+    if a_symbol is not None and b_symbol is not None:
+        return a_path == b_path and symbols_meet(a_symbol, b_symbol)
+    if a_symbol is not None or b_symbol is not None:
+        return item_overlaps(a_path, b_path)  # a path or glob covers every symbol of its files
     return any(
         _intersect(_path_tokens(x), _path_tokens(y), _segments_meet)
         for x in _covering(a)

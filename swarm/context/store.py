@@ -31,7 +31,7 @@ from swarm.context.model import (
 )
 from swarm.context.schema import claims, entries, entry_refs, workers
 from swarm.db import Database
-from swarm.errors import NUL_REFUSED, Conflict, Forbidden, InvalidInput, NotFound
+from swarm.errors import NUL_REFUSED, Conflict, Forbidden, InvalidInput, NotFound, SwarmError
 
 # Many entries in one statement with one parameter, whatever their number: the rows as one JSON
 # array, inserted in array order (see ContextStore._insert_entries).
@@ -154,27 +154,75 @@ class ContextStore:
         lease = self._check_lease(lease_seconds)
         return PendingEntry(author_id, author_name, kind, text_, items, ref_ids, lease)
 
-    @staticmethod
-    def missing_refs(conn: Connection, pending: Sequence[PendingEntry]) -> list[NotFound | None]:
-        """For each pending entry, the error if it refers to entries that do not exist (one
-        query for all of them; entries are never deleted, so the answer holds until commit)."""
+    def missing_refs(
+        self, conn: Connection, pending: Sequence[PendingEntry]
+    ) -> list[SwarmError | None]:
+        """For each pending entry, the error that refuses it: refs to entries that do not exist
+        (one query for all of them; entries are never deleted, so the answer holds until
+        commit), or a PATCH_SUMMARY that would complete its author's lapsed claim (fencing)."""
         wanted = {r for p in pending for r in p.refs}
         found: set[int] = set()
         if wanted:
             query = select(entries.c.id).where(entries.c.id.in_(wanted))
             found = set(conn.execute(query).scalars())
-        problems: list[NotFound | None] = []
+        fenced = self._fenced(conn, pending)
+        problems: list[SwarmError | None] = []
         for p in pending:
             missing = sorted(set(p.refs) - found)
-            problems.append(
-                NotFound(
+            problem: SwarmError | None = None
+            if missing:
+                problem = NotFound(
                     "refs name entries that do not exist: "
                     + ", ".join("#" + str(m) for m in missing)
                 )
-                if missing
-                else None
-            )
+            elif p.type is EntryType.PATCH_SUMMARY:
+                late = [fenced[(p.author_id, r)] for r in p.refs if (p.author_id, r) in fenced]
+                if late:
+                    problem = Conflict(
+                        f"{late[0]} before this PATCH_SUMMARY, so the work may have been taken "
+                        "over; nothing was recorded. Re-read the context (sw claims; sw grep "
+                        "the unit) and make a new CLAIM before finishing this work."
+                    )
+            problems.append(problem)
         return problems
+
+    def _fenced(
+        self, conn: Connection, pending: Sequence[PendingEntry]
+    ) -> dict[tuple[int, int], str]:
+        """(owner, claim) -> why, for the claims PATCH_SUMMARYs refer to that lapsed."""
+        wanted = {r for p in pending if p.type is EntryType.PATCH_SUMMARY for r in p.refs}
+        if not wanted:
+            return {}
+        now = self.clock()
+        rows = conn.execute(
+            select(claims.c.id, claims.c.owner_id, claims.c.lease_until, claims.c.end_reason)
+            .where(claims.c.id.in_(wanted))
+        ).all()  # fmt: skip
+        late = {}
+        for row in rows:
+            why = _lapse(row.id, row.lease_until, row.end_reason, now)
+            if why:
+                late[(row.owner_id, row.id)] = why
+        return late
+
+    def check_fence(self, worker_id: int, claim_id: int) -> Claim:
+        """The claim a worker acts under (e.g. merging its PR), if it is still its own and
+        alive; otherwise Conflict says why and what to do."""
+        now = self.clock()
+        with self.db.read() as conn:
+            row = conn.execute(self._claim_select().where(claims.c.id == claim_id)).first()
+        if row is None:
+            raise NotFound(f"#{claim_id} is not a claim; `sw claims --mine` lists yours")
+        if row.owner_id != worker_id:
+            raise Forbidden(f"claim #{claim_id} belongs to {row.owner}, not to you")
+        why = _lapse(row.id, row.lease_until, row.end_reason, now)
+        if why or row.ended_at is not None:
+            reason = why or f"claim #{claim_id} already ended ({row.end_reason})"
+            raise Conflict(
+                f"{reason}; the work may have been taken over, so this was refused. Re-read the "
+                "context (sw claims; sw grep the unit) and make a new CLAIM before going on."
+            )
+        return _claim(row)
 
     def write_many(self, conn: Connection, pending: Sequence[PendingEntry]) -> list[AppendResult]:
         """Write checked entries (see `missing_refs`) in order, in the caller's write transaction:
@@ -296,7 +344,7 @@ class ContextStore:
             raise InvalidInput("refs must be a list of entry ids, e.g. [12, 40]")
         ids: list[int] = []
         for ref in refs:
-            if isinstance(ref, bool) or not isinstance(ref, int) or ref <= 0:
+            if isinstance(ref, bool) or not isinstance(ref, int) or not 0 < ref < 2**63:
                 raise InvalidInput(f"refs must be positive entry ids; got {ref!r}")
             if ref not in ids:
                 ids.append(ref)
@@ -405,11 +453,17 @@ class ContextStore:
         return row
 
     def renew(self, worker_id: int, claim_id: int, seconds: float | None = None) -> Claim:
-        """Extend a claim's lease from now (a lapsed but not ended claim comes back)."""
+        """Extend a claim's lease from now; a lapsed claim stays lapsed (fencing)."""
         lease = self._check_lease(seconds)
         now = self.clock()
         with self.db.write() as conn:
             row = self._owned_open_claim(conn, worker_id, claim_id)
+            lapsed = _lapse(row.id, row.lease_until, row.end_reason, now)
+            if lapsed:
+                raise Conflict(
+                    f"{lapsed}: it cannot be renewed, as a peer may have taken the work over. "
+                    "Re-read the context (sw claims; sw grep) and make a new CLAIM."
+                )
             conn.execute(
                 update(claims).where(claims.c.id == claim_id).values(lease_until=now + lease)
             )
@@ -685,6 +739,16 @@ class ContextStore:
             like = "%" + lit.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             out.append(or_(entries.c.body.ilike(like), entries.c.scope.ilike(like)))
         return out
+
+
+def _lapse(claim_id: int, lease_until: float, end_reason: str | None, now: float) -> str:
+    """Why a claim no longer fences its owner's work ("" while it does): its lease ended, or
+    the hub declared its owner dead. A claim completed, failed or released is not lapsed."""
+    if end_reason is not None:
+        return f"claim #{claim_id} ended as {end_reason}" if end_reason.startswith("lapsed") else ""
+    if lease_until <= now:
+        return f"claim #{claim_id} lapsed {now - lease_until:.0f}s ago (its lease ended)"
+    return ""
 
 
 def _maybe(**values: Any) -> dict[str, Any]:

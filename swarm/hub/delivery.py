@@ -19,12 +19,16 @@ def answer(runtime: Runtime, worker: Worker, result: Any) -> dict[str, Any]:
 
 
 def delivery_block(runtime: Runtime, worker: Worker, got: Delivery) -> dict[str, Any]:
-    return serialize.delivery(got.entries, direct_messages(runtime, worker, got))
+    return serialize.delivery(
+        got.entries,
+        direct_messages(runtime, worker, got),
+        grep_hint="grep" not in runtime.settings.switches,
+    )
 
 
 def direct_messages(runtime: Runtime, worker: Worker, got: Delivery) -> Sequence[Message]:
     """The DMs a delivery carries: taken with it, or, when DMs live on another server (e.g.
-    Mattermost), taken from there now (a network call)."""
-    if runtime.deliverer.with_messages:
+    Mattermost), taken from there now (a network call). None in a run without DMs."""
+    if runtime.deliverer.with_messages or not runtime.deliverer.dms:
         return got.messages
     return runtime.messages.take_direct(worker)

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from swarm.bootstrap import Runtime
 from swarm.errors import Forbidden, Unauthorized
 from swarm.registry import Worker
+from swarm.switches import require
 
 T = TypeVar("T")
 
@@ -74,6 +75,16 @@ CurrentWorker = Annotated[Worker, Depends(current_worker)]
 Reader = Annotated[Worker | None, Depends(worker_or_operator)]
 Operator = Depends(operator)
 Joiner = Depends(joiner)
+
+
+def needs(*names: str) -> Any:
+    """A route dependency: refuse (swarm.switches.Disabled, 403) in a run without any of
+    `names`, before the route does anything."""
+
+    async def check(runtime: RuntimeDep) -> None:
+        require(runtime.settings.switches, *names)
+
+    return Depends(check)
 
 
 def bad_request(errors: Sequence[Any], *, in_body: bool = False) -> str:

@@ -47,13 +47,14 @@ def message(m: Message) -> dict[str, Any]:
     }
 
 
-def delivery(d: EntryDelivery, dms: Sequence[Message]) -> dict[str, Any]:
+def delivery(d: EntryDelivery, dms: Sequence[Message], *, grep_hint: bool = True) -> dict[str, Any]:
+    """`grep_hint`: name the grep that finds the entries left out (not in a run without grep)."""
     block: dict[str, Any] = {
         "entries": [entry(e) for e in d.shown],
         "more": d.more,
         "messages": [message(m) for m in dms],
     }
-    if d.more:
+    if d.more and grep_hint:
         block["grep"] = _grep(d)
     return block
 
@@ -71,8 +72,9 @@ class AnswerJSON:
     `size` entries made last; for the event loop only (not thread-safe).
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, *, grep_hint: bool = True) -> None:
         self.size = size
+        self.grep_hint = grep_hint
         self._made: dict[int, bytes] = {}
 
     def entry(self, e: Entry) -> bytes:
@@ -92,7 +94,7 @@ class AnswerJSON:
             b',"messages":',
             to_json([message(m) for m in dms]),
         ]
-        if d.more:
+        if d.more and self.grep_hint:
             parts += [b',"grep":', to_json(_grep(d))]
         parts.append(b"}")
         return b"".join(parts)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ import uvicorn
 
 from swarm.bootstrap import Runtime
 from swarm.hub.app import create_app
+from swarm.worker.logpipe import LogPipe
 
 
 def make_server(
@@ -124,8 +126,11 @@ class HubProcess:
         host: str = "127.0.0.1",
         port: int = 0,
         env: dict[str, str] | None = None,
+        forward: Callable[[str], None] | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self.forward = forward  # the hub's important log lines, outside the run directory
+        self.log: LogPipe | None = None
         self.host = host
         self.port = port or free_port(host)
         self.operator_token = "swo_" + secrets.token_urlsafe(24)
@@ -147,14 +152,25 @@ class HubProcess:
 
     def start(self, timeout: float = 30.0) -> HubProcess:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.run_dir / "hub.log", "ab")  # noqa: SIM115 - the child keeps it open
+        if self.log is not None:  # started again: the last one's lines are written by now
+            self.log.close()
+        # Through a pipe, so the log survives a full run directory (swarm.worker.logpipe).
+        self.log = log = LogPipe(self.run_dir / "hub.log", forward=self.forward)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "swarm", "hub"], env=self.env, stdout=log, stderr=log
+            [sys.executable, "-m", "swarm", "hub"],
+            env=self.env,
+            stdout=log.child_fd,
+            stderr=log.child_fd,
+            # Its own session: Ctrl-C on the terminal reaches the run, which stops the hub last
+            # (after the workers released their claims and the final score was recorded).
+            start_new_session=True,
         )
+        log.started()
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
-                tail = (self.run_dir / "hub.log").read_text()[-2000:]
+                log.close()
+                tail = "\n".join(log.tail)[-2000:]
                 raise RuntimeError(f"the hub exited with {self.process.returncode}:\n{tail}")
             with contextlib.suppress(httpx.TransportError):  # not listening yet
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
@@ -171,6 +187,8 @@ class HubProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.log is not None:
+            self.log.close()
 
     def __enter__(self) -> HubProcess:
         return self.start()

@@ -159,7 +159,10 @@ def write_report(timings: Timings, run_dir: Path | None) -> dict[str, Any]:
         a["max"] * 1e3,
     )
     if run_dir is not None and run_dir.is_dir():
-        (run_dir / TIMING_FILE).write_text(json.dumps(report, indent=1) + "\n")
+        try:
+            (run_dir / TIMING_FILE).write_text(json.dumps(report, indent=1) + "\n")
+        except OSError as exc:  # a full disk: the figures above are in the log
+            log.warning("could not write %s: %s", run_dir / TIMING_FILE, exc)
     return report
 
 

@@ -15,10 +15,13 @@ from swarm.context.model import AppendResult
 from swarm.errors import InvalidInput
 from swarm.hub import serialize
 from swarm.hub.delivery import answer, direct_messages
-from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, bad_request, short_call
+from swarm.hub.deps import CurrentWorker, Reader, RuntimeDep, bad_request, needs, short_call
+from swarm.hub.edge import IdPath, IdQuery, TimeQuery
 from swarm.hub.group_commit import GroupCommit
+from swarm.hub.limits import limited
 from swarm.messages.ports import Message
 from swarm.registry import Worker
+from swarm.switches import require
 
 router = APIRouter(prefix="/v1", tags=["context"])
 
@@ -44,7 +47,8 @@ def _notify_overlaps(runtime: Runtime, claimer: Worker, made: AppendResult) -> N
         runtime.messages.direct(
             "hub",
             owner,
-            f"{claimer.name}'s new claim #{new.id} ({', '.join(new.scope)}: {new.body[:120]}) "
+            f"{claimer.name}'s new claim #{new.id} ({', '.join(new.scope)}: "
+            f"{' '.join(new.body.split())[:120]}) "
             f"overlaps your claim #{other.id} ({', '.join(other.scope)}). Agree with "
             f"{claimer.name} who does what: `sw dm {claimer.name} ...`; then release or narrow "
             f"yours (`sw release {other.id}`) or ask them to release theirs.",
@@ -77,6 +81,9 @@ async def record(worker: CurrentWorker, request: Request) -> Response:
         body = EntryIn.model_validate_json(await request.body())
     except ValidationError as exc:
         raise InvalidInput(bad_request(exc.errors(), in_body=True)) from None
+    # A CLAIM is the claims mechanism; every other type is the shared context.
+    is_claim = isinstance(body.type, str) and body.type.strip().upper() == EntryType.CLAIM.value
+    require(runtime.settings.switches, "claims" if is_claim else "context")
     now = runtime.clock()
     pending = runtime.context.prepare(
         worker.id, body.type, body.body, body.scope, body.refs, body.lease_seconds, worker.name
@@ -92,13 +99,17 @@ async def record(worker: CurrentWorker, request: Request) -> Response:
     reply = encode.answer(
         encode.appended(written.result, now), encode.delivery(written.delivery.entries, dms)
     )
-    if written.result.overlaps:
+    if written.result.overlaps and "dms" not in runtime.settings.switches:
         await run_in_threadpool(_notify_overlaps, runtime, worker, written.result)
     return Response(reply, media_type="application/json")
 
 
-@router.get("/entries/{entry_id}", summary="One entry, and the entries that refer to it")
-def show(entry_id: int, reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
+@router.get(
+    "/entries/{entry_id}",
+    summary="One entry, and the entries that refer to it",
+    dependencies=[needs("context")],
+)
+def show(entry_id: IdPath, reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
     entry = runtime.context.get(entry_id)
     result: dict[str, Any] = {
         "entry": serialize.entry(entry),
@@ -109,7 +120,9 @@ def show(entry_id: int, reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
     return _maybe_answer(runtime, reader, result)
 
 
-@router.get("/entries", summary="The newest entries (newest first)")
+@router.get(
+    "/entries", summary="The newest entries (newest first)", dependencies=[needs("context")]
+)
 def tail(
     reader: Reader,
     runtime: RuntimeDep,
@@ -123,7 +136,11 @@ def tail(
     return _maybe_answer(runtime, reader, {"entries": [serialize.entry(e) for e in rows]})
 
 
-@router.get("/grep", summary="Search the whole history with a regular expression (RE2)")
+@router.get(
+    "/grep",
+    summary="Search the whole history with a regular expression (RE2)",
+    dependencies=[needs("context", "grep"), limited("grep")],
+)
 def grep(
     reader: Reader,
     runtime: RuntimeDep,
@@ -131,11 +148,11 @@ def grep(
     ignore_case: bool = False,
     type: list[str] = Query(default=[]),
     author: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    after: int | None = None,
-    before: int | None = None,
-    limit: int = 20,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    after: IdQuery = None,
+    before: IdQuery = None,
+    limit: int = Query(20, ge=1, le=500),
 ) -> dict[str, Any]:
     types = [parse_type(t) for t in type]
     author_id = runtime.registry.by_name(author).id if author else None
@@ -158,7 +175,11 @@ def grep(
     return _maybe_answer(runtime, reader, result)
 
 
-@router.get("/feed", summary="Every peer entry since your cursor, oldest first (exact, paged)")
+@router.get(
+    "/feed",
+    summary="Every peer entry since your cursor, oldest first (exact, paged)",
+    dependencies=[needs("context"), limited("feed")],
+)
 def feed(
     worker: CurrentWorker, runtime: RuntimeDep, limit: int = Query(100, ge=1, le=1000)
 ) -> dict[str, Any]:
@@ -170,7 +191,11 @@ def feed(
     }
 
 
-@router.get("/claims", summary="Active claims (or, with all=true, recent claims of any state)")
+@router.get(
+    "/claims",
+    summary="Active claims (or, with all=true, recent claims of any state)",
+    dependencies=[needs("claims")],
+)
 @short_call
 def list_claims(
     reader: Reader,
@@ -190,18 +215,26 @@ def list_claims(
     return _maybe_answer(runtime, reader, {"claims": [serialize.claim(c, now) for c in rows]})
 
 
-@router.post("/claims/{claim_id}/renew", summary="Extend your claim's lease from now")
+@router.post(
+    "/claims/{claim_id}/renew",
+    summary="Extend your claim's lease from now",
+    dependencies=[needs("claims")],
+)
 @short_call
 def renew(
-    claim_id: int, body: RenewIn, worker: CurrentWorker, runtime: RuntimeDep
+    claim_id: IdPath, body: RenewIn, worker: CurrentWorker, runtime: RuntimeDep
 ) -> dict[str, Any]:
     claim = runtime.context.renew(worker.id, claim_id, body.lease_seconds)
     return answer(runtime, worker, {"claim": serialize.claim(claim, runtime.clock())})
 
 
-@router.post("/claims/{claim_id}/release", summary="End your claim without a result")
+@router.post(
+    "/claims/{claim_id}/release",
+    summary="End your claim without a result",
+    dependencies=[needs("claims")],
+)
 @short_call
-def release(claim_id: int, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
+def release(claim_id: IdPath, worker: CurrentWorker, runtime: RuntimeDep) -> dict[str, Any]:
     claim = runtime.context.release(worker.id, claim_id)
     return answer(runtime, worker, {"claim": serialize.claim(claim, runtime.clock())})
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field, StringConstraints
 
+from swarm.evaluation.history import failing_tests
 from swarm.hub.deps import CurrentWorker, Operator, Reader, RuntimeDep, short_call
+from swarm.hub.edge import COUNT_MAX, IdPath
 
 router = APIRouter(prefix="/v1", tags=["run"])
 
@@ -20,20 +22,26 @@ class SessionStartIn(BaseModel):
 
 class SessionEndIn(BaseModel):
     ended: str
-    steps: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost: float = 0.0
-    detail: str = ""
+    steps: int = Field(default=0, ge=0, le=COUNT_MAX)
+    tokens_in: int = Field(default=0, ge=0, le=COUNT_MAX)
+    tokens_out: int = Field(default=0, ge=0, le=COUNT_MAX)
+    cost: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="US dollars")
+    detail: str = Field(default="", max_length=4000)
 
 
 class CheckpointIn(BaseModel):
-    time: float
+    time: float = Field(ge=0, allow_inf_nan=False)
     commit: str = Field(max_length=64)
-    passed: int
-    total: int
-    duration: float = 0.0
+    passed: int = Field(ge=0, le=COUNT_MAX)
+    total: int = Field(ge=0, le=COUNT_MAX)
+    duration: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     reason: str | None = None
+    status: Literal["scored", "tampered", "incomplete", "error"] = "scored"
+    # Each hidden test's outcome by its id, when the scoring listed them.
+    tests: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=1000)],
+        Literal["passed", "failed", "error", "skipped"],
+    ] = Field(default_factory=dict, max_length=100_000)
 
 
 @router.post("/sessions", summary="A worker starts a harness session")
@@ -48,7 +56,7 @@ def start_session(
 @router.post("/sessions/{session_id}/end", summary="A worker ends a session with its totals")
 @short_call
 def end_session(
-    session_id: int, body: SessionEndIn, worker: CurrentWorker, runtime: RuntimeDep
+    session_id: IdPath, body: SessionEndIn, worker: CurrentWorker, runtime: RuntimeDep
 ) -> dict[str, Any]:
     runtime.run.end_session(worker.id, session_id, **body.model_dump())
     return {"result": {"ok": True}, "delivery": None}
@@ -75,12 +83,21 @@ def list_checkpoints(reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
     return {"result": {"checkpoints": [asdict(r) for r in rows]}, "delivery": None}
 
 
+@router.get("/checkpoints/failing", summary="The hidden tests main still fails, and since when")
+def failing(reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
+    return {"result": failing_tests(runtime.db), "delivery": None}
+
+
 @router.get("/summary", summary="Counters for progress displays")
-def summary(reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
+def summary(request: Request, reader: Reader, runtime: RuntimeDep) -> dict[str, Any]:
     result = runtime.run.summary()
+    result["without"] = list(runtime.settings.switches)
     counts = getattr(runtime.workspace, "counts", None)
     if callable(counts):
         result["prs"] = counts()
+    disk = getattr(request.app.state, "disk", None)
+    if disk is not None:  # whether writes fail for a full disk, and how often they did
+        result["disk"] = disk.status()
     return {"result": result, "delivery": None}
 
 
