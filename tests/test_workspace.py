@@ -85,9 +85,11 @@ def test_bad_input_is_refused_and_changes_nothing(
     git(ws.path, "update-ref", f"refs/heads/{alice.name}/old", ws.main_head())
     with pytest.raises(Conflict, match="nothing that main"):
         ws.open_pr(alice, f"{alice.name}/old", "t", "")
-    ws.open_pr(alice, f"{alice.name}/a", "t", "")
+    first = ws.open_pr(alice, f"{alice.name}/a", "t", "")
     with pytest.raises(Conflict, match="already exists"):
         ws.open_pr(alice, f"{alice.name}/a", "again", "")
+    # The same PR opened again by its author (a retry whose answer was lost) is that PR.
+    assert ws.open_pr(alice, f"{alice.name}/a", "t", "").number == first.number
     for call in (lambda: ws.get_pr(99), lambda: ws.merge(bob, 99), lambda: ws.close(bob, 99)):
         with pytest.raises(NotFound, match="no PR #99"):
             call()
@@ -129,7 +131,9 @@ def test_closed_pull_request(ws: LocalWorkspace, crew: list[Worker]) -> None:
     alice, bob, _ = crew
     make_branch(ws.path, f"{alice.name}/c", {"c.txt": "c\n"})
     ws.open_pr(alice, f"{alice.name}/c", "to close", "")
-    closed = ws.close(bob, 1)
+    with pytest.raises(Forbidden, match="only its author"):
+        ws.close(bob, 1)
+    closed = ws.close(alice, 1)
     assert closed.state == "closed" and closed.closed_at is not None
     before = ws.main_head()
     with pytest.raises(Conflict, match="is closed; open a new PR"):
@@ -260,7 +264,7 @@ def test_pull_requests_on_postgres(tmp_path: Path, postgres_url: str) -> None:
         ws.open_pr(alice, f"{alice.name}/p0", "dup", "")
     ws.review(bob, 1, "approve", "")
     assert ws.merge(bob, 1).state == "merged"
-    ws.close(bob, 2)
+    ws.close(alice, 2)  # only its author (or the operator) closes it
     assert [p.state for p in ws.list_prs()] == ["open", "closed", "merged"]
     assert ws.get_pr(1).pr.approvals == 1
     ws.shutdown()

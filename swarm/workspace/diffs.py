@@ -42,3 +42,14 @@ def _diff_text(diff: pygit2.Diff) -> str:
 
 def _diff_files(diff: pygit2.Diff) -> tuple[str, ...]:
     return tuple(sorted({d.new_file.path or d.old_file.path for d in diff.deltas}))
+
+
+def changed_files(repo: pygit2.Repository, head: str) -> tuple[str, ...]:
+    """The paths a branch at `head` changes against its merge base with main."""
+    main = pygit2.Oid(hex=str(repo.references["refs/heads/main"].target))
+    tip = pygit2.Oid(hex=head)
+    try:
+        base = repo.merge_base(main, tip)
+        return _diff_files(repo.diff(base or repo.TreeBuilder().write(), tip))
+    except (KeyError, ValueError, pygit2.GitError):
+        return ()

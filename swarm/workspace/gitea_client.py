@@ -227,6 +227,7 @@ class GiteaClient:
                 "enable_push": False,
                 "required_approvals": required_approvals,
                 "block_on_outdated_branch": False,
-                "dismiss_stale_approvals": True,
+                "dismiss_stale_approvals": True,  # an approval is for the head it reviewed
+                "block_on_rejected_reviews": True,  # requested changes block until approved
             },
         )

@@ -15,7 +15,8 @@ from typing import Any, cast, get_args
 
 import pygit2
 from sqlalchemy import Row, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from swarm.config import Settings
 from swarm.context.schema import workers
@@ -30,9 +31,19 @@ from swarm.errors import (
     Unavailable,
 )
 from swarm.registry import Worker
-from swarm.workspace.diffs import inspect
+from swarm.workspace import abandon
+from swarm.workspace.diffs import changed_files, inspect
 from swarm.workspace.merge import MergeQueue, MergeRequest, NothingToMerge
-from swarm.workspace.ports import MAIN, PRState, PullRequest, PullRequestDetail, Review, Verdict
+from swarm.workspace.ports import (
+    MAIN,
+    OPERATOR,
+    PRState,
+    PullRequest,
+    PullRequestDetail,
+    Review,
+    Verdict,
+    branch_owner,
+)
 from swarm.workspace.repo import init_repo
 from swarm.workspace.schema import pr_events, pull_requests, reviews
 
@@ -53,6 +64,7 @@ class LocalWorkspace:
         required_approvals: int = 0,
         merge_check: str | None = None,
         check_timeout: float = 600.0,
+        check_sandbox: str | None = None,
         batch: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -64,7 +76,11 @@ class LocalWorkspace:
         if not (path / "HEAD").exists():
             raise Unavailable(f"no workspace repository at {path}; create it with create()")
         self._local = threading.local()
-        self.queue = MergeQueue(path, check=merge_check, check_timeout=check_timeout, batch=batch)
+        self.queue = MergeQueue(
+            path, check=merge_check, check_timeout=check_timeout, batch=batch, sandbox=check_sandbox
+        )
+        self._reconciled: str | None = None  # main's head at the last full reconciliation
+        self._abandon_seen = abandon.Seen()
         self.reconcile()
 
     @classmethod
@@ -119,6 +135,17 @@ class LocalWorkspace:
             raise InvalidInput(f"title or description too long (limits {TITLE_LIMIT}/{BODY_LIMIT})")
         if not branch or branch == MAIN:
             raise InvalidInput(f"open a PR from your own branch ({author.name}/<topic>), not main")
+        if not pygit2.reference_is_valid_name(f"refs/heads/{branch}"):
+            raise InvalidInput(
+                f"{branch!r} is not a valid branch name (git check-ref-format); "
+                f"use {author.name}/<topic> with letters, digits, '-', '_', '.' and '/'"
+            )
+        if branch_owner(branch) != author.name:
+            raise Forbidden(
+                f"{branch} is not your branch: you open PRs only from yours "
+                f"({author.name}/<topic>); ask {branch_owner(branch)} to open it, or push the "
+                f"commits to a branch of yours first"
+            )
         head = self._branch_head(branch)
         if head is None:
             raise NotFound(
@@ -139,11 +166,25 @@ class LocalWorkspace:
                 ).scalar_one()  # fmt: skip
                 self._event(conn, number, author.name, "opened", f"{branch} at {head}")
         except IntegrityError as exc:
+            same = self._open_pr_for(branch)
+            if same is not None and same.author == author.name and same.title == title:
+                # The same author opening the same PR again (a retry whose first answer was
+                # lost after the PR was recorded): the answer is that PR, as the first one's.
+                return same
             raise Conflict(
                 f"an open PR already exists for branch {branch}; push to it (it updates) or "
                 "close it first (sw pr list --author you)"
             ) from exc
         return self._pr_by_number(number)
+
+    def _open_pr_for(self, branch: str) -> PullRequest | None:
+        with self.db.read() as conn:
+            number = conn.execute(
+                select(pull_requests.c.number).where(
+                    pull_requests.c.branch == branch, pull_requests.c.state == "open"
+                )
+            ).scalar()
+        return None if number is None else self._pr_by_number(int(number))
 
     def list_prs(
         self, *, state: PRState | None = None, author: str | None = None, limit: int = 50
@@ -162,8 +203,9 @@ class LocalWorkspace:
                     raise NotFound(f"no worker named {author!r}; `sw workers` lists them")
                 query = query.where(pull_requests.c.author == author)
             rows = conn.execute(query).all()
-            approvals = self._approvals(conn, [r.number for r in rows])
-        return [self._pr(r, approvals.get(r.number, 0)) for r in rows]
+            verdicts = self._verdicts(conn, [r.number for r in rows])
+            given_up = self._abandoned_among(conn, [r.number for r in rows if r.state == "open"])
+        return [self._pr(r, verdicts.get(r.number, {}), r.number in given_up) for r in rows]
 
     def get_pr(self, number: int) -> PullRequestDetail:
         with self.db.read() as conn:
@@ -174,8 +216,9 @@ class LocalWorkspace:
             event_rows = conn.execute(
                 select(pr_events).where(pr_events.c.number == number).order_by(pr_events.c.id)
             ).all()
-            approvals = self._approvals(conn, [number]).get(number, 0)
-        pr = self._pr(row, approvals)
+            verdicts = self._verdicts(conn, [number]).get(number, {})
+            given_up = row.state == "open" and bool(self._abandoned_among(conn, [number]))
+        pr = self._pr(row, verdicts, given_up)
         diff, files, mergeable, conflicts = inspect(self._repo(), pr)
         return PullRequestDetail(
             pr=pr,
@@ -200,7 +243,7 @@ class LocalWorkspace:
         pr = self._pr_by_number(number)
         if pr.state != "open":
             raise Conflict(f"PR #{number} is {pr.state}; only open PRs can be reviewed")
-        if verdict == "approve" and pr.author == reviewer.name:
+        if verdict == "approve" and reviewer.name in (pr.author, branch_owner(pr.branch)):
             raise Forbidden(f"you cannot approve your own PR #{number}; ask a peer to review it")
         now = self.clock()
         with self.db.write() as conn:
@@ -214,18 +257,31 @@ class LocalWorkspace:
         return Review(review_id, number, reviewer.name, verdict, body, now)
 
     def merge(self, worker: Worker, number: int) -> PullRequest:
-        pr = self._pr_by_number(number)
+        """Any worker may merge (integrators emerge); the operator's merge overrides reviews."""
+        with self.db.read() as conn:
+            row = self._row(conn, number)
+            verdicts = self._verdicts(conn, [number]).get(number, {})
+        pr = self._pr(row, verdicts)
         if pr.state == "merged":
             raise Conflict(f"PR #{number} was already merged by {pr.merged_by} ({pr.merge_commit})")
         if pr.state == "closed":
             raise Conflict(f"PR #{number} is closed; open a new PR to merge its branch")
-        if pr.approvals < self.required_approvals:
+        if pr.approvals < self.required_approvals and worker != OPERATOR:
             missing = self.required_approvals - pr.approvals
             raise Conflict(
                 f"PR #{number} has {pr.approvals} of the {self.required_approvals} approvals "
                 f"this run requires; {missing} more needed (ask peers: sw pr review {number})"
             )
-        request = MergeRequest(number, pr.branch, pr.title, pr.author, worker.name)
+        blocking = sorted(a for a, (v, _head) in verdicts.items() if v == "request_changes")
+        if blocking and worker != OPERATOR:
+            raise Conflict(
+                f"PR #{number}: {', '.join(blocking)} requested changes; push the fix and ask "
+                f"them to approve (sw pr review {number} approve), or ask the operator"
+            )
+        reviewed = pr.head if self.required_approvals and worker != OPERATOR else None
+        request = MergeRequest(
+            number, pr.branch, pr.title, pr.author, worker.name, expected_head=reviewed
+        )
         try:
             merged = self.queue.merge(request)
         except MergeConflict as exc:
@@ -235,16 +291,33 @@ class LocalWorkspace:
             self._record(number, worker.name, "check_failed", exc.output[-500:])
             raise
         except NothingToMerge:
-            if self.reconcile() and self._pr_by_number(number).state == "merged":
+            # Main may hold this PR's merge already (its recording failed, or a retry of the
+            # same call): the answer is then the merged PR, as the first attempt's would be.
+            self.reconcile()
+            if self._pr_by_number(number).state == "merged":
                 return self._pr_by_number(number)
             raise
-        self._mark_merged(number, worker.name, merged.commit, merged.head, self.clock())
+        # Main moved: record it, riding out a database blip (reconciliation would record it
+        # within seconds anyway, but the caller deserves the answer now).
+        for attempt in Retrying(
+            retry=retry_if_exception_type(OperationalError),
+            stop=stop_after_attempt(5),
+            wait=wait_exponential(multiplier=0.2, max=2),
+            reraise=True,
+        ):
+            with attempt:
+                self._mark_merged(number, worker.name, merged.commit, merged.head, self.clock())
         return self._pr_by_number(number)
 
     def close(self, worker: Worker, number: int) -> PullRequest:
         pr = self._pr_by_number(number)
         if pr.state != "open":
             raise Conflict(f"PR #{number} is already {pr.state}")
+        if worker != OPERATOR and worker.name != pr.author and not self._abandoned(number):
+            raise Forbidden(
+                f"PR #{number} is {pr.author}'s; only its author (or the operator) closes it. "
+                f"Tell them why: sw pr review {number} request-changes -m '...'"
+            )
         if self.queue.in_flight(number):
             raise Conflict(f"PR #{number} is being merged right now; look again in a moment")
         with self.db.write() as conn:
@@ -272,7 +345,11 @@ class LocalWorkspace:
         return result
 
     def reconcile(self) -> int:
-        """Mark merged every unmerged PR whose merge commit main contains; returns how many."""
+        """Mark merged every unmerged PR whose merge commit main contains; returns how many.
+        The hub runs it every few seconds (swarm.hub.liveness); each turn reads main only
+        down to the head the last turn reconciled (read before the PRs, so a PR merged in
+        between is still pending when its merge commit is read)."""
+        tip = self.main_head()
         with self.db.read() as conn:
             pending = {
                 r.number: r.branch
@@ -283,13 +360,15 @@ class LocalWorkspace:
                 )
             }
         if not pending:
+            self._reconciled = tip
             return 0
         found = 0
         repo = self._repo()
-        walker = repo.walk(pygit2.Oid(hex=self.main_head()), pygit2.enums.SortMode.TOPOLOGICAL)
+        walker = repo.walk(pygit2.Oid(hex=tip), pygit2.enums.SortMode.TOPOLOGICAL)
         walker.simplify_first_parent()
+        stop_at = self._reconciled
         for depth, commit in enumerate(walker):
-            if depth >= RECONCILE_DEPTH or not pending:
+            if depth >= RECONCILE_DEPTH or not pending or str(commit.id) == stop_at:
                 break
             trailers = _trailers(commit.message)
             number = int(trailers.get("Swarm-PR", "0") or 0)
@@ -299,7 +378,26 @@ class LocalWorkspace:
                 self._mark_merged(number, merged_by, str(commit.id), head, commit.commit_time)
                 del pending[number]
                 found += 1
+        self._reconciled = tip
         return found
+
+    def sweep_abandoned(self) -> tuple[list[int], list[int]]:
+        """PRs given up marked abandoned, abandoned ones main holds closed (the hub's upkeep
+        runs it every few seconds; see swarm.workspace.abandon)."""
+        return abandon.sweep(self, self._abandon_seen, self.clock())
+
+    def close_by_hub(self, number: int, reason: str) -> bool:
+        if self.queue.in_flight(number):
+            return False
+        with self.db.write() as conn:
+            done = conn.execute(
+                update(pull_requests)
+                .where(pull_requests.c.number == number, pull_requests.c.state == "open")
+                .values(state="closed", closed_at=self.clock(), closed_by="hub")
+            ).rowcount
+            if done:
+                self._event(conn, number, "hub", "closed", reason)
+        return bool(done)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -315,9 +413,36 @@ class LocalWorkspace:
             if done:
                 self._event(conn, number, by, "merged", commit)
 
+    def _abandoned(self, number: int) -> bool:
+        """Given up by its author (swarm.workspace.abandon): whoever takes the work over may
+        close it."""
+        with self.db.read() as conn:
+            return bool(self._abandoned_among(conn, [number]))
+
+    @staticmethod
+    def _abandoned_among(conn: Any, numbers: list[int]) -> set[int]:
+        if not numbers:
+            return set()
+        return set(
+            conn.execute(
+                select(pr_events.c.number)
+                .where(pr_events.c.number.in_(numbers), pr_events.c.kind == "abandoned")
+                .distinct()
+            ).scalars()
+        )
+
     def _record(self, number: int, actor: str, kind: str, detail: str) -> None:
         with self.db.write() as conn:
             self._event(conn, number, actor, kind, detail)
+
+    record_event = _record  # for the take-over and abandonment modules
+
+    def changed_files(self, pr: PullRequest) -> tuple[str, ...]:
+        return changed_files(self._repo(), pr.head)
+
+    def repository(self) -> pygit2.Repository:
+        """This thread's handle on the bare repository."""
+        return self._repo()
 
     def _event(self, conn: Any, number: int, actor: str, kind: str, detail: str) -> None:
         conn.execute(
@@ -337,35 +462,47 @@ class LocalWorkspace:
     def _pr_by_number(self, number: int) -> PullRequest:
         with self.db.read() as conn:
             row = self._row(conn, number)
-            approvals = self._approvals(conn, [number]).get(number, 0)
-        return self._pr(row, approvals)
+            verdicts = self._verdicts(conn, [number]).get(number, {})
+            given_up = row.state == "open" and bool(self._abandoned_among(conn, [number]))
+        return self._pr(row, verdicts, given_up)
 
-    def _approvals(self, conn: Any, numbers: list[int]) -> dict[int, int]:
-        """Reviewers whose latest verdict (comments aside) approves, per PR."""
+    def pr(self, number: int) -> PullRequest:
+        """One PR without its diff (cheaper than get_pr)."""
+        return self._pr_by_number(number)
+
+    def _verdicts(self, conn: Any, numbers: list[int]) -> dict[int, dict[str, tuple[str, str]]]:
+        """Per PR, each reviewer's latest verdict (comments aside) and the head it reviewed."""
         if not numbers:
             return {}
         rows = conn.execute(
-            select(reviews.c.number, reviews.c.author, reviews.c.verdict)
+            select(reviews.c.number, reviews.c.author, reviews.c.verdict, reviews.c.head)
             .where(reviews.c.number.in_(numbers), reviews.c.verdict != "comment")
             .order_by(reviews.c.id)
         ).all()
-        latest = {(r.number, r.author): r.verdict for r in rows}
-        counts: dict[int, int] = {}
-        for (number, _author), verdict in latest.items():
-            if verdict == "approve":
-                counts[number] = counts.get(number, 0) + 1
-        return counts
+        latest: dict[int, dict[str, tuple[str, str]]] = {}
+        for r in rows:
+            latest.setdefault(r.number, {})[r.author] = (r.verdict, r.head)
+        return latest
 
-    def _pr(self, row: Row[Any], approvals: int) -> PullRequest:
+    def _pr(
+        self, row: Row[Any], verdicts: dict[str, tuple[str, str]], abandoned: bool = False
+    ) -> PullRequest:
         head = row.head
         if row.state == "open":
             live = self._branch_head(row.branch)
             head = str(live) if live is not None else head
+        # As Gitea's "dismiss stale approvals": an approval is for the head it reviewed.
+        own = {row.author, branch_owner(row.branch)}
+        approvals = sum(
+            1
+            for author, (verdict, reviewed) in verdicts.items()
+            if verdict == "approve" and reviewed == head and author not in own
+        )
         return PullRequest(
             number=row.number, title=row.title, body=row.body, author=row.author,
             branch=row.branch, state=cast(PRState, row.state), created_at=row.created_at,
             head=head, approvals=approvals, merged_at=row.merged_at, merged_by=row.merged_by,
-            merge_commit=row.merge_commit, closed_at=row.closed_at,
+            merge_commit=row.merge_commit, closed_at=row.closed_at, abandoned=abandoned,
         )  # fmt: skip
 
 
@@ -394,8 +531,9 @@ def from_settings(settings: Settings, db: Database, clock: Callable[[], float]) 
         settings.run_dir / "workspace.git",
         None,
         db,
-        hub_url=f"http://{settings.host}:{settings.port}",
+        hub_url=settings.public_url or f"http://{settings.host}:{settings.port}",
         required_approvals=settings.required_approvals,
         merge_check=settings.merge_check,
+        check_sandbox=settings.sandbox,
         clock=clock,
     )

@@ -8,6 +8,7 @@ on its own; the others of the batch still land. Callers block on a future for th
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import subprocess
@@ -15,13 +16,26 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pygit2
 
-from swarm.errors import CheckFailed, Conflict, MergeConflict, NotFound, SwarmError, Unavailable
+from swarm.diskfull import is_disk_full
+from swarm.errors import (
+    CheckFailed,
+    Conflict,
+    MergeConflict,
+    NotFound,
+    StorageFull,
+    SwarmError,
+    Unavailable,
+)
+from swarm.sandbox import BoxSpec, Sandbox, SandboxLimits, default_sandbox, get_sandbox, run
+from swarm.sandbox.env import base_env
 from swarm.workspace.ancestry import Ancestry
+
+log = logging.getLogger("swarm.workspace.merge")
 
 MAIN_REF = "refs/heads/main"
 COMMITTER = ("swarm", "swarm@localhost")
@@ -37,6 +51,15 @@ class NothingToMerge(Conflict):
         self.head = head
 
 
+class DuplicateMerge(NothingToMerge):
+    """The branch has commits, but merging them would change nothing on main: the same change
+    is already there (e.g. a peer did the same unit)."""
+
+
+class AlreadyMerged(NothingToMerge):
+    """This queue already merged the PR (main carries its merge commit): never twice."""
+
+
 @dataclass(frozen=True)
 class MergeRequest:
     number: int  # the PR; two requests for the same PR in flight share one result
@@ -44,6 +67,8 @@ class MergeRequest:
     title: str
     author: str
     merged_by: str
+    # The head the reviews approved: a push after them must not merge unreviewed (None: any).
+    expected_head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,27 +133,49 @@ def write_tree(repo: pygit2.Repository, tree: pygit2.Tree, dest: Path) -> None:
 
 
 def run_check(
-    repo: pygit2.Repository, tree: pygit2.Oid, command: str, timeout: float, number: int
+    repo: pygit2.Repository,
+    tree: pygit2.Oid,
+    command: str,
+    timeout: float,
+    number: int,
+    sandbox: Sandbox | None = None,
 ) -> None:
-    """Run the merge check in a temporary checkout of `tree`; raise CheckFailed when it fails."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    """Run the merge check in a temporary checkout of `tree`; raise CheckFailed when it fails.
+
+    The check runs the PR's code, and its output goes back to the worker: so it runs in a box
+    of its own (`sandbox`, default: this machine's default backend) with no network and an
+    allow-listed environment, never the hub's (which holds the operator token)."""
+    sandbox = sandbox or get_sandbox(default_sandbox())
+    env = base_env()
     env["SWARM_MERGE_PR"] = str(number)
     with tempfile.TemporaryDirectory(prefix="swarm-check-") as tmp:
         write_tree(repo, repo[tree].peel(pygit2.Tree), Path(tmp))
+        spec = BoxSpec(
+            name=f"check-{number}",
+            checkout=Path(tmp),
+            env=env,
+            network=False,
+            limits=replace(SandboxLimits.from_env(), command_seconds=timeout),
+        )
+        box = sandbox.open(spec)
         try:
-            done = subprocess.run(
-                command, shell=True, cwd=tmp, env=env, timeout=timeout,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+            done = run(box, ["/bin/sh", "-c", command], timeout=timeout, merge_stderr=True)
         except subprocess.TimeoutExpired as exc:
-            output = (exc.output or b"").decode(errors="replace")[-CHECK_OUTPUT_TAIL:]
+            output = str(exc.output or "")[-CHECK_OUTPUT_TAIL:]
             raise CheckFailed(
                 f"the merge check `{command}` timed out after {timeout:.0f}s on the merged tree "
                 f"of PR #{number}; main did not move. Make it pass locally, push, merge again.",
                 output,
             ) from exc
+        except OSError as exc:
+            raise Unavailable(
+                f"the merge check's sandbox ({sandbox.name}) could not start: {exc}; the hub's "
+                "operator must fix it (SWARM_SANDBOX, docs/security.md)"
+            ) from exc
+        finally:
+            box.close()
     if done.returncode != 0:
-        output = done.stdout.decode(errors="replace")[-CHECK_OUTPUT_TAIL:]
+        output = done.stdout[-CHECK_OUTPUT_TAIL:]
         raise CheckFailed(
             f"the merge check `{command}` failed (exit {done.returncode}) on the merged tree of "
             f"PR #{number}; main did not move. Merge main into your branch, fix it so the check "
@@ -148,10 +195,13 @@ class MergeQueue:
         check_timeout: float = 600.0,
         batch: bool = True,
         max_batch: int = 256,
+        sandbox: str | None = None,
     ) -> None:
         self.git_dir = git_dir
         self.check = check
         self.check_timeout = check_timeout
+        self.sandbox_name = sandbox or default_sandbox()  # where the merge check runs
+        self._sandbox: Sandbox | None = None
         self.max_batch = max_batch if batch else 1
         self.stats = MergeStats()
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
@@ -160,6 +210,9 @@ class MergeQueue:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._ancestry = Ancestry()  # used by the merge thread only
+        # PRs this queue merged: a PR whose merge was not recorded (the database failed after
+        # main moved) and whose branch moved on since must not be merged a second time.
+        self._merged: set[int] = set()
 
     def submit(self, request: MergeRequest) -> Future[Merged]:
         with self._lock:
@@ -213,7 +266,15 @@ class MergeQueue:
             try:
                 self._process(repo, batch)
             except Exception as exc:  # never leave a caller waiting forever
-                self._finish([(item, exc) for item in batch])
+                # Main did not move: the batch's commits must not count as reachable from it.
+                self._ancestry.reset()
+                error = _translate(exc, self.git_dir)
+                numbers = ", ".join(f"#{item.request.number}" for item in batch)
+                # Logged (to stderr and the hub's database: swarm.hub.hublog), so why a merge
+                # failed survives a full disk; a refusal for space is logged once by the hub.
+                if not isinstance(error, StorageFull):
+                    log.error("merging %s failed: %s: %s", numbers, type(exc).__name__, exc)
+                self._finish([(item, error) for item in batch])
 
     def _process(self, repo: pygit2.Repository, batch: list[_Item]) -> None:
         for _attempt in range(CAS_ATTEMPTS):
@@ -235,7 +296,11 @@ class MergeQueue:
             if tip != base:
                 try:
                     ref.set_target(tip, f"swarm: merge {len(batch)} pull request(s)")
-                except (pygit2.GitError, ValueError):
+                except (pygit2.GitError, ValueError, OSError) as exc:
+                    if is_disk_full(exc, self.git_dir):
+                        # Not a lost race: main's lock file could not be written, so main did
+                        # not move (and no reflog says it did: the repository keeps none).
+                        raise _translate(exc, self.git_dir) from exc
                     # main moved under us (CAS lost, or its lock was taken): redo on the new main
                     self.stats.cas_retries += 1
                     self._ancestry.reset()
@@ -253,6 +318,7 @@ class MergeQueue:
                 self._inflight.pop(item.request.number, None)
         for item, outcome in outcomes:
             if isinstance(outcome, Merged):
+                self._merged.add(item.request.number)
                 self.stats.merged += 1
                 item.future.set_result(outcome)
             else:
@@ -260,6 +326,8 @@ class MergeQueue:
                 item.future.set_exception(outcome)
 
     def _merge_one(self, repo: pygit2.Repository, tip: pygit2.Oid, req: MergeRequest) -> Merged:
+        if req.number in self._merged:
+            raise AlreadyMerged(f"PR #{req.number} is already merged into main", "")
         ref = repo.references.get(f"refs/heads/{req.branch}")
         if ref is None:
             raise NotFound(
@@ -267,6 +335,11 @@ class MergeQueue:
                 f"(git push origin HEAD:{req.branch}) or close the PR"
             )
         head = pygit2.Oid(hex=str(ref.resolve().target))
+        if req.expected_head is not None and str(head) != req.expected_head:
+            raise Conflict(
+                f"branch {req.branch} of PR #{req.number} moved while it waited to merge; its "
+                "approvals were for the earlier head. Look at it again (sw pr show)"
+            )
         base, new = self._ancestry.base(repo, head)
         if base == head:
             raise NothingToMerge(
@@ -288,10 +361,38 @@ class MergeQueue:
                 files,
             )
         tree = index.write_tree(repo)
+        if tree == repo[tip].peel(pygit2.Commit).tree_id:
+            raise DuplicateMerge(
+                f"PR #{req.number} is a duplicate: merging {req.branch} would change nothing on "
+                "main, whose files already hold its changes (a peer did the same work?). It was "
+                f"not merged; close it (sw pr close {req.number}) and pick other work.",
+                str(head),
+            )
         if self.check:
-            run_check(repo, tree, self.check, self.check_timeout, req.number)
+            if self._sandbox is None:  # a missing backend refuses the merge, saying why
+                self._sandbox = get_sandbox(self.sandbox_name)
+            run_check(repo, tree, self.check, self.check_timeout, req.number, self._sandbox)
         author = pygit2.Signature(req.merged_by, f"{req.merged_by}@swarm.localhost")
         committer = pygit2.Signature(*COMMITTER)
         commit = repo.create_commit(None, author, committer, merge_message(req), tree, [tip, head])
+        # Objects before refs, and checked: on a full disk libgit2 (1.9) answers a commit id for
+        # a commit it did not write, and main moved onto it would point at nothing.
+        for oid, what in ((tree, "tree"), (commit, "commit")):
+            if not repo.odb.exists(oid):
+                raise StorageFull(
+                    f"git could not write the merge {what} of PR #{req.number} (the workspace's "
+                    "disk is full?); main did not move. Merge again once space is freed "
+                    "(sw and the workers retry by themselves)."
+                )
         self._ancestry.add(commit, new)
         return Merged(str(commit), str(head))
+
+
+def _translate(exc: Exception, git_dir: Path) -> Exception:
+    """The project's error for a git write that failed for lack of space (a 507, retried)."""
+    if isinstance(exc, SwarmError) or not is_disk_full(exc, git_dir):
+        return exc
+    return StorageFull(
+        f"the workspace's disk is full: git could not write ({exc}); main did not move. "
+        "Merge again once space is freed (sw and the workers retry by themselves)."
+    )

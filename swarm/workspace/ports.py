@@ -3,6 +3,12 @@
 Adapters: `local` (a bare repository on disk, served through the hub) and `gitea`. Both keep the
 same rules: workers push only to their own branches (`<worker>/...`), nobody pushes to `main`,
 and `main` moves only by merging a pull request, atomically (compare-and-swap).
+
+Pull requests follow branch protection as Gitea and GitHub have it: a worker opens PRs only from
+its own branches; an approval counts only for the head it reviewed (a push dismisses it) and only
+from a worker who is neither the branch's owner nor the PR's opener; a reviewer's requested
+changes block the merge until that reviewer approves or the operator merges; only the PR's
+author or the operator closes it; any worker may merge, and the merger is recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +21,14 @@ from swarm.registry import Worker
 PRState = Literal["open", "merged", "closed"]
 Verdict = Literal["approve", "request_changes", "comment"]
 MAIN = "main"
+# The person with the operator token, where the port lets one act (close, merge overriding
+# requested changes). Never a registered worker: their ids start at 1.
+OPERATOR = Worker(0, "operator")
+
+
+def branch_owner(branch: str) -> str:
+    """The worker whose namespace a branch is in (`w3/parser` -> `w3`)."""
+    return branch.partition("/")[0]
 
 
 @dataclass(frozen=True)
@@ -32,6 +46,9 @@ class PullRequest:
     merged_by: str | None = None
     merge_commit: str | None = None
     closed_at: float | None = None
+    # Open, and given up by its author (who died, or whose claim over its files ended without
+    # a PATCH_SUMMARY): whoever claims its files may take it over or close it.
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)

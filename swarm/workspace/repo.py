@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -15,7 +16,12 @@ REPO_CONFIG = {
     "http.receivepack": "true",
     "receive.fsckObjects": "true",  # a crafted tree must never reach the merge check's checkout
     "uploadpack.allowFilter": "true",
-    "core.logAllRefUpdates": "true",  # a reflog of main: every merge batch, for the record
+    # No reflogs: nothing reads them (the record of merges is main's first-parent line and the
+    # PR table), and a ref update that failed on a full disk still appended its entry (into the
+    # log file's last page), pointing at a commit that was never written: `git fsck --strict`
+    # then fails for good. git and libgit2 write a reflog whenever its file exists, so the
+    # files go too (see `configure`).
+    "core.logAllRefUpdates": "false",
 }
 
 
@@ -39,6 +45,7 @@ def configure(path: Path) -> None:
         config[key] = value
     # An absolute hooks path wins over any global core.hooksPath of the machine.
     config["core.hooksPath"] = str((path / "hooks").resolve())
+    shutil.rmtree(path / "logs", ignore_errors=True)
     install_hooks(path)
 
 

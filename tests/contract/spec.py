@@ -23,8 +23,8 @@ MATTERMOST_SPEC = "mattermost-openapi-v4-2023-06-29.yaml"
 
 
 def specs_dir() -> Path:
-    """The specs folder: $SWARM_SPECS_DIR, else ../shared/specs beside the repository."""
-    return Path(os.environ.get("SWARM_SPECS_DIR") or REPO_ROOT.parent / "shared" / "specs")
+    """The specs folder: $SWARM_SPECS_DIR, else tests/specs (copies kept in the repository)."""
+    return Path(os.environ.get("SWARM_SPECS_DIR") or REPO_ROOT / "tests" / "specs")
 
 
 @functools.cache

@@ -10,7 +10,7 @@ import pytest
 
 from swarm.errors import Conflict, Forbidden, InvalidInput, MergeConflict
 from swarm.registry import Worker
-from swarm.workspace.ports import Workspace
+from swarm.workspace.ports import OPERATOR, Workspace
 
 # (worker, branch, files (None deletes), base branch or None for the branch itself) -> commit
 Push = Callable[[Worker, str, dict[str, str | None], str | None], str]
@@ -126,7 +126,56 @@ def concurrent_merges_all_land(h: WorkspaceHarness) -> None:
     assert all(h.workspace.get_pr(pr.number).pr.state == "merged" for _w, pr in prs)
 
 
+def prs_open_only_from_your_own_branches(h: WorkspaceHarness) -> None:
+    a, b = h.new_worker(), h.new_worker()
+    branch = _branch(h, a, "mine", {"m.txt": "m\n"})
+    with pytest.raises(Forbidden):
+        h.workspace.open_pr(b, branch, "not b's", "")
+    assert h.workspace.list_prs() == []
+    pr = h.workspace.open_pr(a, branch, "a's own", "")  # not blocked by b's attempt
+    assert (pr.author, pr.branch) == (a.name, branch)
+
+
+def only_the_author_or_the_operator_closes(h: WorkspaceHarness) -> None:
+    a, b = h.new_worker(), h.new_worker()
+    pr = h.workspace.open_pr(a, _branch(h, a, "keep", {"k.txt": "k\n"}), "keep", "")
+    with pytest.raises(Forbidden):
+        h.workspace.close(b, pr.number)
+    assert h.workspace.get_pr(pr.number).pr.state == "open"
+    assert h.workspace.close(OPERATOR, pr.number).state == "closed"
+
+
+def a_push_dismisses_earlier_approvals(h: WorkspaceHarness) -> None:
+    a, b = h.new_worker(), h.new_worker()
+    branch = _branch(h, a, "stale", {"s.txt": "harmless\n"})
+    pr = h.workspace.open_pr(a, branch, "stale", "")
+    h.workspace.review(b, pr.number, "approve", "harmless")
+    assert h.workspace.get_pr(pr.number).pr.approvals == 1
+    h.push(a, branch, {"s.txt": "something else\n"}, None)
+    assert h.workspace.get_pr(pr.number).pr.approvals == 0
+    h.workspace.review(b, pr.number, "approve", "looked again")
+    assert h.workspace.get_pr(pr.number).pr.approvals == 1
+
+
+def requested_changes_block_until_approved_or_overridden(h: WorkspaceHarness) -> None:
+    a, b = h.new_worker(), h.new_worker()
+    one = h.workspace.open_pr(a, _branch(h, a, "rc1", {"rc1.txt": "1\n"}), "one", "")
+    h.workspace.review(b, one.number, "request_changes", "needs a test")
+    with pytest.raises(Conflict):
+        h.workspace.merge(a, one.number)
+    assert h.workspace.get_pr(one.number).pr.state == "open"
+    h.workspace.review(b, one.number, "approve", "fine now")
+    assert h.workspace.merge(a, one.number).state == "merged"
+    two = h.workspace.open_pr(a, _branch(h, a, "rc2", {"rc2.txt": "2\n"}), "two", "")
+    h.workspace.review(b, two.number, "request_changes", "no")
+    assert h.workspace.merge(OPERATOR, two.number).state == "merged"
+
+
 WORKSPACE_CONTRACT = [
+    prs_open_only_from_your_own_branches,
+    only_the_author_or_the_operator_closes,
+    a_push_dismisses_earlier_approvals,
+    requested_changes_block_until_approved_or_overridden,
     pull_request_round_trip,
     listing_is_newest_first_and_filters,
     reviews_count_and_self_approval_is_refused,

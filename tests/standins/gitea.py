@@ -27,7 +27,14 @@ from starlette.routing import Route
 
 from standins.git import BareRepo
 from swarm.registry import Worker
-from swarm.workspace.git_http import _cgi_env, _CGIResponse, _feed, _read_headers, _reap
+from swarm.workspace.git_http import (
+    GitLimits,
+    _cgi_env,
+    _CGIResponse,
+    _feed,
+    _read_headers,
+    _reap,
+)
 
 # Installed in every repository: refuses updates of protected branches (names in the
 # environment the stand-in gives http-backend), with Gitea's wording.
@@ -355,8 +362,21 @@ class GiteaStandin:
         return JSONResponse(rows, headers={"X-Total-Count": str(len(rows))})
 
     def list_reviews(self, request: Request, _user: str, _body: Any) -> Response:
-        _key, _repo, pr = self._pr(request)
+        key, repo, pr = self._pr(request)
+        self._dismiss_stale(key, repo, pr)
         return JSONResponse(pr.reviews)
+
+    def _rule(self, key: str, name: str) -> bool:
+        return any(p.get(name) for p in self.protections[key])
+
+    def _dismiss_stale(self, key: str, repo: BareRepo, pr: PR) -> None:
+        """Gitea's `dismiss_stale_approvals`: a push to the head dismisses earlier approvals."""
+        if pr.merged or not self._rule(key, "dismiss_stale_approvals"):
+            return
+        head = repo.head(pr.head) or ""
+        for review in pr.reviews:
+            if review["state"] == "APPROVED" and review["commit_id"] != head:
+                review["dismissed"] = review["stale"] = True
 
     def create_review(self, request: Request, user: str, body: Any) -> Response:
         _key, repo, pr = self._pr(request)
@@ -385,10 +405,21 @@ class GiteaStandin:
         head = repo.head(pr.head)
         if body.get("head_commit_id") and body["head_commit_id"] != head:
             raise ApiError(409, "head out of date")
+        if body.get("force_merge") and user != "admin":
+            raise ApiError(405, "only admins may force a merge")
+        self._dismiss_stale(key, repo, pr)
+        latest = {}
+        for r in pr.reviews:
+            if r["state"] != "COMMENT" and not r["dismissed"]:
+                latest[r["user"]["login"]] = r["state"]
         need = max((p.get("required_approvals", 0) for p in self.protections[key]), default=0)
-        approvers = {r["user"]["login"] for r in pr.reviews if r["state"] == "APPROVED"}
-        if len(approvers) < need:
-            raise ApiError(405, "Does not have enough approvals")
+        approvers = [name for name, state in latest.items() if state == "APPROVED"]
+        rejected = "REQUEST_CHANGES" in latest.values()
+        if not body.get("force_merge"):
+            if len(approvers) < need:
+                raise ApiError(405, "Does not have enough approvals")
+            if rejected and self._rule(key, "block_on_rejected_reviews"):
+                raise ApiError(405, "There are requested changes")
         main = repo.head("main")
         if head is None or main is None or repo.try_merge(main, head)[0] is None:
             raise ApiError(405, "Please try again later")
@@ -439,7 +470,7 @@ class GiteaStandin:
                 self.pushes.append((user, key, 403))
             return PlainTextResponse(f"User {user} may not access {key}\n", 403)
         git_dir = self.repos[key].path
-        env = _cgi_env(git_dir, request, path, Worker(0, user))
+        env = _cgi_env(git_dir, request, path, Worker(0, user), GitLimits())
         env["STANDIN_PROTECTED"] = protected
         proc = await asyncio.create_subprocess_exec(
             "git", "http-backend",
