@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from swarm.errors import InvalidInput
+from swarm.sandbox import Box, BoxSpec, UnconfinedBox
 
 SessionEnding = Literal[
     "submitted", "step_limit", "cost_limit", "time_limit", "context_limit", "error", "stopped"
@@ -36,7 +37,7 @@ class SessionContext:
     number: int  # 1, 2, ... within this worker
     workdir: Path  # the worker's own checkout
     prompt: str  # the rendered worker prompt (goal, loop, tools)
-    env: dict[str, str]  # SWARM_HUB_URL, SWARM_TOKEN, PATH with `sw`, git identity
+    env: dict[str, str]  # the commands' whole environment (swarm.sandbox.env.agent_env)
     limits: SessionLimits
     model: str | None = None
     api_base: str | None = None
@@ -47,6 +48,17 @@ class SessionContext:
     channel_digest: Callable[[], str] = lambda: ""
     # Called after each step with a one-line description (status reporting).
     on_step: Callable[[str], None] = lambda _action: None
+    # Where the session's commands run (swarm.sandbox); None: unconfined, with `env` only.
+    box: Box | None = None
+    # The mechanisms the run is without (swarm.switches), as the hub said: the hub refuses
+    # their calls, and a scripted harness must not make them.
+    without: tuple[str, ...] = ()
+
+    def sandbox(self) -> Box:
+        """The box every command of this session runs in."""
+        if self.box is None:
+            self.box = UnconfinedBox(BoxSpec(name=self.worker, checkout=self.workdir, env=self.env))
+        return self.box
 
 
 @dataclass(frozen=True)

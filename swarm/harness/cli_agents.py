@@ -18,12 +18,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from swarm.errors import InvalidInput
 from swarm.harness import SessionContext, SessionEnding, SessionResult
+from swarm.sandbox import kill_group, signal_group
+from swarm.sandbox import popen as popen_in
+from swarm.sandbox.env import PROVIDER_KEYS
 
 CONTEXT_ERROR = re.compile(r"context.{0,20}(window|length|limit)|prompt is too long", re.I)
 
@@ -52,6 +56,8 @@ class CliAgentHarness(abc.ABC):
     name = ""
     env_var = ""  # names the executable, e.g. SWARM_CLAUDE_BIN
     default_bin = ""
+    base_url_var = ""  # the provider's base URL variable, e.g. ANTHROPIC_BASE_URL
+    default_api = ""  # the model API the CLI calls when no base URL is set
 
     def __init__(
         self,
@@ -77,6 +83,24 @@ class CliAgentHarness(abc.ABC):
     def extra_env(self, ctx: SessionContext) -> dict[str, str]:
         return {}
 
+    def sandbox_paths(self, env: dict[str, str]) -> list[Path]:
+        """The CLI itself, read-only inside the sandbox (it may live outside /usr)."""
+        try:
+            found = Path(self.resolve(env)).resolve()
+        except InvalidInput:
+            return []
+        # An installed CLI (npm's) is a link into its package folder: bind the whole package.
+        package = next((p for p in found.parents if p.name == "node_modules"), None)
+        return [package.parent if package else found]
+
+    def sandbox_reach(self, api_base: str | None) -> list[str]:
+        """The model API's "host:port", the one place a CLI's box may reach besides the hub
+        (where the sandbox limits the network: bwrap, docker)."""
+        url = urlsplit(api_base or os.environ.get(self.base_url_var) or self.default_api)
+        if not url.hostname:
+            return []
+        return [f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"]
+
     def read_line(self, line: str, outcome: Outcome, ctx: SessionContext) -> None:
         """Called for each line of standard output as it arrives (optional hook)."""
         return None
@@ -88,7 +112,9 @@ class CliAgentHarness(abc.ABC):
     # --- shared ---
     def resolve(self, env: dict[str, str]) -> str:
         wanted = self.executable or os.environ.get(self.env_var) or self.default_bin
-        found = shutil.which(wanted, path=env.get("PATH"))
+        # Found on the worker's PATH, then run by its full path (bound into the sandbox).
+        search = os.pathsep.join(p for p in (env.get("PATH"), os.environ.get("PATH")) if p)
+        found = shutil.which(wanted, path=search)
         if not found:
             raise InvalidInput(
                 f"the {self.name} harness cannot find {wanted!r}: install it, put it on PATH "
@@ -103,20 +129,24 @@ class CliAgentHarness(abc.ABC):
         return f"Channel posts since your last session:\n{digest}\n\n{ctx.prompt}"
 
     def run_session(self, ctx: SessionContext) -> SessionResult:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **ctx.env, **self.extra_env(ctx)}
-        argv = self.argv(self.resolve(env), ctx, self.prompt(ctx))
+        # The CLI calls its model itself, so its provider key and base URL (and nothing else of
+        # this process's environment) join the sandbox's allow-listed environment.
+        keys = {name: os.environ[name] for name in PROVIDER_KEYS if name in os.environ}
+        box = ctx.sandbox()
+        extra = {"GIT_TERMINAL_PROMPT": "0", **keys, **self.extra_env(ctx)}
+        box.spec = replace(box.spec, env={**box.spec.env, **extra})
+        argv = self.argv(self.resolve(ctx.env), ctx, self.prompt(ctx))
         outcome = Outcome()
         try:
-            process = subprocess.Popen(
+            process = popen_in(
+                box,
                 argv,
                 cwd=ctx.workdir,
-                env=env,
                 stdin=subprocess.DEVNULL,  # claude -p would otherwise wait for standard input
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 errors="replace",
-                start_new_session=True,  # its own process group: a kill takes its children too
             )
         except OSError as error:  # not executable, checkout missing, ...
             return SessionResult(ended="error", detail=f"{self.name} did not start: {error}")
@@ -164,12 +194,10 @@ class CliAgentHarness(abc.ABC):
     def _kill(self, process: subprocess.Popen[str]) -> None:
         """SIGTERM to the process group, then SIGKILL to whatever is left of it."""
         if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+            signal_group(process, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=self.grace_seconds)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        kill_group(process)
         process.wait()
 
     def _result(
@@ -212,6 +240,8 @@ class ClaudeCodeHarness(CliAgentHarness):
     name = "claude-code"
     env_var = "SWARM_CLAUDE_BIN"
     default_bin = "claude"
+    base_url_var = "ANTHROPIC_BASE_URL"
+    default_api = "https://api.anthropic.com"
 
     def argv(self, executable: str, ctx: SessionContext, prompt: str) -> list[str]:
         argv = [executable, "-p", "--output-format", "json", "--dangerously-skip-permissions"]
@@ -255,6 +285,8 @@ class CodexHarness(CliAgentHarness):
     name = "codex"
     env_var = "SWARM_CODEX_BIN"
     default_bin = "codex"
+    base_url_var = "OPENAI_BASE_URL"
+    default_api = "https://api.openai.com"
 
     def argv(self, executable: str, ctx: SessionContext, prompt: str) -> list[str]:
         # The sandbox must allow network: `sw` and `git push` talk to the hub.
@@ -274,6 +306,14 @@ class CodexHarness(CliAgentHarness):
 
     def extra_env(self, ctx: SessionContext) -> dict[str, str]:
         return {"OPENAI_BASE_URL": ctx.api_base} if ctx.api_base else {}
+
+    def sandbox_reach(self, api_base: str | None) -> list[str]:
+        """The model API's "host:port", the one place a CLI's box may reach besides the hub
+        (where the sandbox limits the network: bwrap, docker)."""
+        url = urlsplit(api_base or os.environ.get(self.base_url_var) or self.default_api)
+        if not url.hostname:
+            return []
+        return [f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"]
 
     def read_line(self, line: str, outcome: Outcome, ctx: SessionContext) -> None:
         event = _json(line)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from swarm.errors import InvalidInput
 from swarm.harness import SessionContext, SessionEnding, SessionResult
+from swarm.provenance import REPORTED
+from swarm.sandbox import run as run_in
 
 # mini-swe-agent prints a banner at import unless told not to; workers share one terminal.
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
@@ -94,6 +97,7 @@ class SwarmModel(LitellmModel):
         self.price = (input_cost_per_token, output_cost_per_token)
         self.tokens_in = 0
         self.tokens_out = 0
+        self.reported: set[str] = set()  # the model names the provider answered with
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         try:
@@ -105,7 +109,10 @@ class SwarmModel(LitellmModel):
         return message
 
     def _account(self, extra: dict[str, Any]) -> None:
-        prompt, completion = usage_of(extra.get("response"))
+        response = extra.get("response")
+        prompt, completion = usage_of(response)
+        if isinstance(response, dict) and response.get("model"):
+            self.reported.add(str(response["model"]))
         self.tokens_in += prompt
         self.tokens_out += completion
         if any(self.price):
@@ -114,7 +121,9 @@ class SwarmModel(LitellmModel):
 
 
 class SwarmEnvironment(LocalEnvironment):
-    """Runs commands in the checkout and appends pending direct messages to their output."""
+    """Runs each command in the session's sandbox (its checkout, its environment and nothing
+    else) and appends pending direct messages to its output. The model is called from this
+    process, outside the sandbox: the sandbox holds no provider key."""
 
     def __init__(self, ctx: SessionContext, deadline: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -127,13 +136,41 @@ class SwarmEnvironment(LocalEnvironment):
         # A command may not outlive the session's wall-time budget.
         remaining = int(self.deadline - time.monotonic()) + 1
         timeout = max(1, min(timeout or self.config.timeout, remaining))
-        output: dict[str, Any] = super().execute(action, cwd, timeout=timeout)
+        output = self._run(str(action.get("command", "")), timeout)
+        self._check_finished(output)
         # Appended, not prepended: a long output keeps its tail, so the DM survives truncation.
         direct = self.ctx.pending_direct()
         if direct:
             text = str(output.get("output") or "")
             output["output"] = text + ("\n" if text and not text.endswith("\n") else "") + direct
         return output
+
+    def _run(self, command: str, timeout: int) -> dict[str, Any]:
+        """mini-swe-agent's LocalEnvironment.execute, through the sandbox (same answer shape)."""
+        try:
+            done = run_in(
+                self.ctx.sandbox(), ["bash", "-c", command], timeout=timeout, merge_stderr=True
+            )
+        except subprocess.TimeoutExpired as exc:
+            output = exc.output or ""
+            return {
+                "output": output if isinstance(output, str) else output.decode(errors="replace"),
+                "returncode": -1,
+                "exception_info": f"An error occurred while executing the command: {exc}",
+                "extra": {"exception_type": type(exc).__name__, "exception": str(exc)},
+            }
+        except OSError as exc:
+            return {
+                "output": "",
+                "returncode": -1,
+                "exception_info": f"the sandbox could not start the command: {exc}",
+                "extra": {"exception_type": type(exc).__name__, "exception": str(exc)},
+            }
+        return {"output": done.stdout, "returncode": done.returncode, "exception_info": ""}
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        # mini-swe-agent offers os.environ to its templates; the worker's environment stays out.
+        return {**self.config.model_dump(), **kwargs}
 
 
 class SwarmAgent(DefaultAgent):
@@ -219,7 +256,7 @@ class MiniHarness:
             ctx,
             time.monotonic() + limits.max_seconds if limits.max_seconds > 0 else float("inf"),
             cwd=str(ctx.workdir),
-            env={**self.config["environment"]["env"], **QUIET_ENV, **ctx.env},
+            env={**self.config["environment"]["env"], **QUIET_ENV},
             timeout=self.command_timeout,
         )
         trajectory = None
@@ -255,6 +292,8 @@ class MiniHarness:
                 f"\n(cost unknown for {ctx.model}: the cost limit cannot apply; set the "
                 "harness options input_cost_per_token/output_cost_per_token)"
             )
+        if model.reported:  # the run's provenance reads it (swarm.provenance)
+            detail += f"\n{REPORTED}{', '.join(sorted(model.reported))}"
         return SessionResult(
             ended=ended,
             steps=agent.n_calls,

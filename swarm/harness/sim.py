@@ -17,6 +17,8 @@ the hub delivers with every answer, so an idle worker neither fetches nor claims
 
 from __future__ import annotations
 
+import json
+import logging
 import random
 import re
 import subprocess
@@ -28,16 +30,25 @@ from typing import Any
 
 from swarm.errors import InvalidInput
 from swarm.harness import SessionContext, SessionResult
+from swarm.harness.sim_units import is_hazard_task, load_sim_units, read_files
+from swarm.sandbox import Box
+from swarm.sandbox import run as run_in
 from swarm.tasks.units import Unit, UnitAlreadyApplied, apply_unit, parse_units
 from swarm.tools.client import HubClient, HubError
 from swarm.worker.runtime import HUB_TIMEOUT
 
+log = logging.getLogger("swarm.harness.sim")
+
 NO_WORK_LEFT = "no work left"
 MAX_MERGE_ATTEMPTS = 4
+RENEW_EVERY = 30.0  # seconds: a claim is renewed this often while its unit is worked on
 CLAIMS_LIMIT = 5000  # the hub's maximum; its default (500) hides claims past 1,024 workers
 # An idle worker polls the claims at most this far apart (with jitter), longer in a big team:
 # 1,024 idle workers listing 1,024 claims every 8 s kept the hub busy on that alone.
 IDLE_PAUSE_MAX = 8.0
+TRANSCRIPT_STEPS = 2000  # steps kept of one session's transcript
+TRANSCRIPT_CHARS = 1000  # characters kept of one step's command and of its output
+STEAL_CONFIRM = 1.0  # seconds between the two looks before taking a unit at a peer's place
 IDLE_POLLS_PER_SECOND = 32.0  # the whole team's idle polls, roughly, once they back off
 IDLE_PAUSE_CAP = 30.0
 # A unit with files of its own may start from a main this old (seconds): the hub merges it onto
@@ -47,6 +58,11 @@ GREP_PAGE = 500  # the hub's largest grep page
 SESSION_STEP_MARGIN = 30  # another unit in this session only while this many steps remain
 DONE_RE = re.compile(r"^unit (\S+) (?:\(|is already on main)")
 GAP_RE = re.compile(r"--after (\d+) --before (\d+)")
+
+
+# What the hub's git route prints when a worker exceeds SWARM_RATE_GIT_PER_MINUTE.
+GIT_RATE_LIMITED = re.compile(r"too many git operations from \S+; try again in (\d+) s")
+GIT_RATE_RETRIES = 5
 
 
 @dataclass
@@ -73,42 +89,23 @@ def is_applied(unit: Unit, root: Path) -> bool:
         if not path.is_file():
             return False
         text = path.read_text(encoding="utf-8")
-        if edit.old in text or edit.new not in text:
+        if (edit.old and edit.old in text) or edit.new not in text:  # (empty old: a new file)
             return False
     return True
 
 
-def applied_on(
-    units: list[Unit], workdir: Path, rev: str, env: dict[str, str] | None = None
-) -> set[str]:
+def applied_on(units: list[Unit], box: Box, rev: str) -> set[str]:
     """The units whose solution is in `rev`'s tree, read from git's objects in one process (a
     sparse checkout holds only the files at hand)."""
     paths = sorted({edit.path for unit in units for edit in unit.edits})
     if not paths:
         return set()
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=workdir,
-        env=env,
-        check=True,
-        capture_output=True,
-        input="".join(f"{rev}:{p}\n" for p in paths).encode(),
-    ).stdout
-    texts: dict[str, str] = {}
-    at = 0
-    for path in paths:
-        end = done.index(b"\n", at)
-        header = done[at:end].split()
-        at = end + 1
-        if len(header) == 3 and header[1] == b"blob":
-            size = int(header[2])
-            texts[path] = done[at : at + size].decode("utf-8", errors="replace")
-            at += size + 1
+    texts = read_files(box, rev, paths)
     return {
         unit.id
         for unit in units
         if all(
-            e.path in texts and e.old not in texts[e.path] and e.new in texts[e.path]
+            e.path in texts and not (e.old and e.old in texts[e.path]) and e.new in texts[e.path]
             for e in unit.edits
         )
     }
@@ -128,6 +125,8 @@ class SimHarness:
         wait_for_work: float = 120.0,
         seed: int | None = None,
         team_size: int = 1,
+        log_dir: str | Path | None = None,
+        attempts_dir: str | Path | None = None,
     ) -> None:
         if solution is None or not Path(solution).is_file():
             raise InvalidInput(
@@ -135,12 +134,21 @@ class SimHarness:
                 "none (no `solution` in its task.toml). Use a task with solution units, or "
                 "--harness mini with --model"
             )
-        self.units = parse_units(Path(solution).read_text(encoding="utf-8"), str(solution))
+        text = Path(solution).read_text(encoding="utf-8")
+        self.units = parse_units(text, str(solution))
+        # A hazard task, or any run without some mechanism, is worked by the switch-aware
+        # policy (swarm.harness.sim_hazard); its checks need the whole checkout.
+        self.sim_units = load_sim_units(text, str(solution))
+        self.hazard = is_hazard_task(text)
+        if self.hazard:
+            self.sparse_checkout = False
+        self.attempts_dir = Path(attempts_dir) if attempts_dir else None
         self.think = think
         self.fact_rate = fact_rate
         self.wait_for_work = wait_for_work
         self.seed = seed
         self.team_size = max(1, int(team_size))
+        self.log_dir = Path(log_dir) if log_dir else None  # a transcript per session, if set
         # An idle worker re-lists the claims this often (seconds); in between it only reads its
         # delivery. A claim released or lapsed without a PATCH_SUMMARY waits that long at most.
         self.relist_every = max(IDLE_PAUSE_MAX, self.team_size / 8)
@@ -149,11 +157,12 @@ class SimHarness:
         )
         self._states: dict[str, _WorkerState] = {}
         owners: dict[str, int] = {}
+        files = {u.id: {e.path for e in u.edits} for u in self.units}
         for unit in self.units:
-            for path in unit.scope:
+            for path in files[unit.id]:
                 owners[path] = owners.get(path, 0) + 1
         # Units sharing a file with another unit conflict unless started from a fresh main.
-        self.shares_files = {u.id: any(owners[p] > 1 for p in u.scope) for u in self.units}
+        self.shares_files = {u.id: any(owners[p] > 1 for p in files[u.id]) for u in self.units}
         self._lock = threading.Lock()
 
     def state(self, worker: str) -> _WorkerState:
@@ -161,7 +170,15 @@ class SimHarness:
             return self._states.setdefault(worker, _WorkerState())
 
     def run_session(self, ctx: SessionContext) -> SessionResult:
-        return _Session(self, ctx).run()
+        if self.hazard or ctx.without:
+            from swarm.harness.sim_hazard import HazardSession
+
+            return HazardSession(self, ctx, self.sim_units).run()
+        session = _Session(self, ctx)
+        try:
+            return session.run()
+        finally:
+            session.save_transcript()
 
 
 class _Session:
@@ -176,11 +193,36 @@ class _Session:
         self.rng = random.Random(f"{seed}-{ctx.worker}-{ctx.number}")
         self.known = harness.state(ctx.worker)
         self.by_id = {u.id: u for u in harness.units}
+        self.transcript: list[dict[str, str]] = []
+
+    def note(self, command: str, output: str) -> None:
+        """One step of the transcript the dashboard shows (bounded: a session may be long)."""
+        if len(self.transcript) < TRANSCRIPT_STEPS:
+            self.transcript.append({"command": command[:TRANSCRIPT_CHARS],
+                                    "output": output[-TRANSCRIPT_CHARS:]})  # fmt: skip
+
+    def save_transcript(self) -> None:
+        if self.h.log_dir is None:
+            return
+        path = self.h.log_dir / f"{self.ctx.worker}-session{self.ctx.number}.sim.json"
+        try:
+            self.h.log_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"steps": self.transcript}), encoding="utf-8")
+        except OSError as exc:
+            # A full disk: the transcript is for reading later; failing the session over it
+            # (or hiding why the session ended, from a `finally`) would cost more.
+            log.warning("%s: could not save the transcript %s: %s", self.ctx.worker, path, exc)
 
     # -- small tools ------------------------------------------------------------------------
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         self.steps += 1
-        answer = self.client.call(method, path, **kwargs)
+        sent = f" {json.dumps(kwargs.get('json') or kwargs.get('params'))}" if kwargs else ""
+        try:
+            answer = self.client.call(method, path, **kwargs)
+        except Exception as exc:
+            self.note(f"{method} {path}{sent}", f"error: {exc}")
+            raise
+        self.note(f"{method} {path}{sent}", json.dumps(answer.get("result"))[:TRANSCRIPT_CHARS])
         self.ctx.on_step(f"{method} {path}")
         self.learn(answer.get("delivery"))
         return answer
@@ -231,20 +273,41 @@ class _Session:
 
     def git(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         self.steps += 1
-        done = subprocess.run(
-            ["git", *args],
-            cwd=self.ctx.workdir,
-            env=self.ctx.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        for _ in range(GIT_RATE_RETRIES):
+            # Through the session's sandbox, as an agent's commands run.
+            done = run_in(self.ctx.sandbox(), ["git", *args], timeout=600)
+            self.note("git " + " ".join(args), (done.stdout + done.stderr).strip())
+            # The hub's per-worker limit on git operations says how long to wait: do as told.
+            wait = GIT_RATE_LIMITED.search(done.stderr) if done.returncode else None
+            if wait is None or not self.sleep(float(wait.group(1))):
+                break
         if check and done.returncode != 0:
             raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()[-400:]}")
         return done
 
     def record(self, kind: str, body: str, **fields: Any) -> dict[str, Any]:
         return self.call("POST", "/v1/entries", json={"type": kind, "body": body, **fields})
+
+    def think(self, seconds: float, claim_id: int) -> bool:
+        """Work for `seconds`, renewing the claim on the way as the prompt tells agents to (a
+        think longer than a lease would otherwise lose the claim)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > RENEW_EVERY:
+            if not self.sleep(RENEW_EVERY):
+                return False
+            if not self.renew(claim_id):
+                return True  # lapsed: the renewal after thinking says so
+        return self.sleep(left)
+
+    def renew(self, claim_id: int) -> bool:
+        """Renew our claim; False when fencing refuses (it lapsed or the hub ended it)."""
+        try:
+            self.call("POST", f"/v1/claims/{claim_id}/renew", json={})
+        except HubError as exc:
+            if exc.status in (403, 409):
+                return False
+            raise
+        return True
 
     def sleep(self, seconds: float) -> bool:
         """Think; False when the worker was told to stop meanwhile."""
@@ -278,7 +341,7 @@ class _Session:
         self.known.synced = time.monotonic()
         self.reset()
         pending = [u for u in self.h.units if u.id not in self.known.done]
-        self.known.done.update(applied_on(pending, self.ctx.workdir, "origin/main", self.ctx.env))
+        self.known.done.update(applied_on(pending, self.ctx.sandbox(), "origin/main"))
 
     def reset(self, unit: Unit | None = None) -> None:
         """Put the work branch back on the last fetched main (no network), with `unit`'s files
@@ -326,22 +389,35 @@ class _Session:
             return self.result("submitted", f"merged units {', '.join(merged)}")
         return self.result("stopped", "told to stop")
 
-    def pick(self, free: list[Unit]) -> Unit:
+    def pick(self, free: list[Unit], busy: set[str], *, steal: bool = True) -> Unit | None:
         """A worker starts with the units at its own place in the list (worker k of N looks
-        first at the k-th N-th of it), then takes any free one: peers reading the same (a few
-        seconds stale) claims list then rarely reach for the same unit at the same moment.
-        A habit of each worker, not an assignment: any unit stays free to anyone."""
+        first at the k-th N-th of it), then takes a free one at the place of a worker that
+        held no claim at the last two listings (`busy`: those that did): peers reading the
+        same claims list then rarely reach for the same unit at the same moment, and a worker
+        on its own place's next unit is not raced for it. A habit of each worker, not an
+        assignment: a unit whose worker is idle or gone is free to anyone. None: no unit of its
+        own, and `steal` is off or every free unit's worker is on it."""
         units = self.h.units
         try:
             index = int(re.sub(r"\D", "", self.ctx.worker)) - 1
         except ValueError:
             return self.rng.choice(free)
         team = self.h.team_size
-        start = (index % team) * len(units) // team
-        end = ((index % team) + 1) * len(units) // team
-        mine = {u.id for u in units[start:end]}
+
+        def place(k: int) -> range:
+            return range(k * len(units) // team, (k + 1) * len(units) // team)
+
+        mine = {units[i].id for i in place(index % team)}
         own = [u for u in free if u.id in mine]
-        return own[0] if own else self.rng.choice(free)
+        if own:
+            return own[0]
+        if not steal:
+            return None
+        position = {u.id: i for i, u in enumerate(units)}
+        # Worker k's place holds unit i when k = the largest k with k * len // team <= i.
+        holder = {u.id: (position[u.id] * team + team - 1) // len(units) for u in free}
+        unheld = [u for u in free if f"w{holder[u.id] + 1}" not in busy]
+        return self.rng.choice(unheld) if unheld else None
 
     def iteration(self) -> tuple[str, str, str | None] | None:
         """One turn of the loop: (ending, detail, the unit merged or None), None when told to
@@ -349,10 +425,17 @@ class _Session:
         waited = 0.0
         pause = min(1.0, 0.2 + self.h.think / 2)
         claimed: set[str] | None = None
+        busy: set[str] = set()
+        busy_before: set[str] | None = None  # peers holding a claim at this turn's last listing
+        steal = False
         listed = 0.0
         while not self.ctx.stop.is_set():
             if claimed is None or time.monotonic() - listed > self.h.relist_every:
-                claimed = self.claimed_topics()
+                claimed, holding = self.claimed_topics()
+                # Busy at this listing or the one before: a peer between two units of its own
+                # place holds no claim for a moment, and must not be raced for the next one.
+                steal = busy_before is not None
+                busy, busy_before = holding | (busy_before or set()), holding
                 listed = time.monotonic()
             else:
                 # Idle, every open unit claimed when last listed: what can change is a peer's
@@ -365,7 +448,17 @@ class _Session:
             if not open_units:
                 return "stopped", f"{NO_WORK_LEFT}: every unit is merged on main", None
             free = [u for u in open_units if unit_topic(u) not in claimed]
-            if not free:
+            unit = self.pick(free, busy, steal=steal) if free else None
+            if unit is None and free and not steal:
+                # Only units at peers' places are free: look again in a moment, and take one
+                # only if its peer held no claim at either look.
+                nap = STEAL_CONFIRM * self.rng.uniform(0.5, 1.5)
+                if not self.sleep(nap):
+                    break
+                waited += nap
+                claimed = None
+                continue
+            if unit is None:
                 if waited >= self.h.wait_for_work:
                     return "submitted", "every open unit is claimed by a peer", None
                 nap = pause * self.rng.uniform(0.5, 1.5)  # jitter: idle peers must not sync up
@@ -374,7 +467,6 @@ class _Session:
                 waited += nap
                 pause = min(self.h.idle_pause_max, pause * 1.5)
                 continue
-            unit = self.pick(free)
             claim_id = self.claim(unit)
             if claim_id is None:
                 claimed = None  # a peer was first: list again, pick again
@@ -409,10 +501,11 @@ class _Session:
         )["result"]["entries"]
         return bool(found)
 
-    def claimed_topics(self) -> set[str]:
+    def claimed_topics(self) -> tuple[set[str], set[str]]:
+        """The scope items peers' active claims hold, and the peers holding them."""
         answer = self.call("GET", "/v1/claims", params={"limit": CLAIMS_LIMIT})
-        claims = answer["result"]["claims"]
-        return {s for c in claims if c["owner"] != self.ctx.worker for s in c["scope"]}
+        claims = [c for c in answer["result"]["claims"] if c["owner"] != self.ctx.worker]
+        return {s for c in claims for s in c["scope"]}, {c["owner"] for c in claims}
 
     def claim(self, unit: Unit) -> int | None:
         answer = self.record(
@@ -436,9 +529,11 @@ class _Session:
         return mine
 
     def work(self, unit: Unit, claim_id: int) -> tuple[str, str, str | None] | None:
-        if not self.sleep(self.h.think * self.rng.uniform(0.5, 1.5)):
+        if not self.think(self.h.think * self.rng.uniform(0.5, 1.5), claim_id):
             self.call("POST", f"/v1/claims/{claim_id}/release")
             return None
+        if not self.renew(claim_id):  # paused past the lease: a peer may have the unit now
+            return "submitted", f"unit {unit.id}: claim #{claim_id} lapsed; left to peers", None
         self.known.dirty = True  # whatever happens next, the work branch leaves main
         try:
             changed = apply_unit(unit, self.ctx.workdir)
@@ -459,15 +554,25 @@ class _Session:
         self.git("push", "-q", "-f", "--no-verify", "origin", f"HEAD:refs/heads/{branch}")
         pr = self.open_pr(branch, unit, changed)
         merged = self.merge(int(pr["number"]), branch, claim_id, unit)
+        if merged is None and unit.id in self.known.done:
+            return "submitted", f"unit {unit.id} was already merged", None
         if merged is None:
             return "error", f"unit {unit.id}: PR #{pr['number']} could not merge", None
         self.known.done.add(unit.id)
-        self.record(
-            "PATCH_SUMMARY",
-            f"unit {unit.id} ({unit.title}): applied the known solution to {', '.join(changed)}; "
-            f"py_compile passed; merged PR #{pr['number']} as {str(merged['merge_commit'])[:10]}.",
-            refs=[claim_id],
-        )
+        try:
+            self.record(
+                "PATCH_SUMMARY",
+                f"unit {unit.id} ({unit.title}): applied the known solution to "
+                f"{', '.join(changed)}; py_compile passed; merged PR #{pr['number']} as "
+                f"{str(merged['merge_commit'])[:10]}.",
+                refs=[claim_id],
+            )
+        except HubError as exc:
+            if exc.status != 409:
+                raise
+            # The claim lapsed after the merge (fencing refused the summary): peers still
+            # learn the unit is on main.
+            self.record("OBSERVED", f"unit {unit.id} is already on main (PR #{pr['number']})")
         if self.rng.random() < self.h.fact_rate:
             self.record(
                 "FACT",
@@ -510,6 +615,21 @@ class _Session:
                     return dict(pr)
             raise
 
+    def already_merged(self, unit: Unit, claim_id: int, number: int) -> None:
+        """Main holds the unit though nobody said so (its merge's PATCH_SUMMARY was lost, e.g.
+        to a full disk): say it, so no peer redoes it, and free the claim."""
+        self.known.done.add(unit.id)
+        self.record(
+            "OBSERVED",
+            f"unit {unit.id} is already on main: PR #{number} would change nothing",
+            refs=[claim_id],
+        )
+        try:
+            self.call("POST", f"/v1/claims/{claim_id}/release")
+        except HubError as exc:
+            if exc.status != 409:  # it ended already (lapsed and ended by the hub)
+                raise
+
     def verify(self, changed: list[str]) -> str | None:
         for path in changed:
             if path.endswith(".py"):
@@ -523,9 +643,22 @@ class _Session:
     def merge(self, number: int, branch: str, claim_id: int, unit: Unit) -> dict[str, Any] | None:
         for _attempt in range(MAX_MERGE_ATTEMPTS):
             try:
-                return dict(self.call("POST", f"/v1/prs/{number}/merge")["result"]["pr"])
+                answer = self.call("POST", f"/v1/prs/{number}/merge", json={"claim": claim_id})
+                return dict(answer["result"]["pr"])
             except HubError as exc:
-                if exc.status != 409 or not exc.payload.get("files"):
+                if exc.status == 409 and not exc.payload.get("files"):
+                    # Our first merge went through but its answer was lost (a hub restart, a
+                    # database blip): the PR says so.
+                    pr = self.call("GET", f"/v1/prs/{number}")["result"]["pr"]
+                    if pr["state"] == "merged":
+                        return dict(pr)
+                    # Fenced (our claim lapsed) or a duplicate of what main holds: not ours
+                    # to merge any more; a duplicate PR is closed so nobody merges it later.
+                    if exc.payload.get("kind") == "DuplicateMerge":
+                        self.call("POST", f"/v1/prs/{number}/close")
+                        self.already_merged(unit, claim_id, number)
+                    return None
+                if exc.status != 409:
                     raise
                 files = ", ".join(exc.payload["files"])
                 self.record(

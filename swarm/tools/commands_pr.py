@@ -17,9 +17,12 @@ def pr_line(pr: dict[str, Any]) -> str:
     state = pr["state"]
     if state == "merged":
         state = f"merged by {pr['merged_by']} as {str(pr['merge_commit'])[:10]}"
+    elif pr.get("abandoned"):
+        state = "open, abandoned: claim its files, then sw pr take"
     approvals = f", {pr['approvals']} approval(s)" if pr.get("approvals") else ""
     return (
-        f"#{pr['number']} [{state}] {pr['title']} ({pr['author']}, {pr['branch']} "
+        f"#{pr['number']} [{state}] {fmt.one_line(pr['title'])} ({pr['author']}, "
+        f"{fmt.one_line(pr['branch'])} "
         f"at {str(pr['head'])[:10]}{approvals}, {fmt.ago(pr['created_at'])})"
     )
 
@@ -27,19 +30,20 @@ def pr_line(pr: dict[str, Any]) -> str:
 def _detail(result: dict[str, Any], with_diff: bool) -> str:
     lines = [pr_line(result["pr"])]
     if result["pr"].get("body"):
-        lines += ["", result["pr"]["body"], ""]
+        lines += ["", fmt.peer_block(result["pr"]["body"]), ""]
     if result["mergeable"] is True:
         lines.append("merges cleanly into main")
     elif result["mergeable"] is False:
-        lines.append("CONFLICTS with main in: " + ", ".join(result["conflicts"]))
+        conflicts = ", ".join(fmt.one_line(f) for f in result["conflicts"])
+        lines.append("CONFLICTS with main in: " + conflicts)
         lines.append("  fix: git fetch origin && git merge origin/main; resolve; commit; push")
-    lines.append("files: " + (", ".join(result["files"]) or "(none)"))
+    lines.append("files: " + (", ".join(fmt.one_line(f) for f in result["files"]) or "(none)"))
     for review in result["reviews"]:
-        body = f": {review['body']}" if review["body"] else ""
+        body = f": {fmt.peer_text(review['body'])}" if review["body"] else ""
         lines.append(f"review by {review['author']}: {review['verdict']}{body}")
-    lines += [f"event: {e}" for e in result["events"]]
+    lines += [f"event: {fmt.one_line(e)}" for e in result["events"]]
     if with_diff:
-        lines += ["", result["diff"].rstrip() or "(empty diff)"]
+        lines += ["", fmt.peer_block(result["diff"].rstrip()) or "(empty diff)"]
     return "\n".join(lines)
 
 
@@ -65,7 +69,15 @@ def pr() -> None:
 def open_(branch: str | None, title: str, body: str) -> None:
     """Open a PR from your pushed branch into main."""
     payload = {"branch": branch or _current_branch(), "title": title, "body": _text(body)}
-    run("POST", "/v1/prs", lambda r: "opened " + pr_line(r["pr"]), json=payload)
+
+    def said(r: dict[str, Any]) -> str:
+        line = "opened " + pr_line(r["pr"])
+        if r.get("superseded"):
+            taken = ", ".join(f"#{n}" for n in r["superseded"])
+            line += f"\n  it takes over abandoned {taken} (closed, linked to it)"
+        return line
+
+    run("POST", "/v1/prs", said, json=payload)
 
 
 @pr.command("list")
@@ -109,9 +121,19 @@ def review(number: int, verdict: str, body: str) -> None:
 
 @pr.command()
 @click.argument("number", type=int)
-def merge(number: int) -> None:
+@click.option(
+    "--claim",
+    type=int,
+    help="Your claim this work is done under: the merge is refused if it lapsed meanwhile.",
+)
+def merge(number: int, claim: int | None) -> None:
     """Merge PR NUMBER into main; a conflict is refused with the files to resolve."""
-    run("POST", f"/v1/prs/{number}/merge", lambda r: "merged " + pr_line(r["pr"]))
+    run(
+        "POST",
+        f"/v1/prs/{number}/merge",
+        lambda r: "merged " + pr_line(r["pr"]),
+        json={"claim": claim} if claim is not None else None,
+    )
 
 
 @pr.command()
@@ -119,6 +141,29 @@ def merge(number: int) -> None:
 def close(number: int) -> None:
     """Close PR NUMBER without merging."""
     run("POST", f"/v1/prs/{number}/close", lambda r: "closed " + pr_line(r["pr"]))
+
+
+@pr.command()
+@click.argument("number", type=int)
+@click.option(
+    "--branch",
+    "-b",
+    help="Your pushed branch to continue from (default: the hub copies the PR's branch to "
+    "<you>/<its topic>).",
+)
+def take(number: int, branch: str | None) -> None:
+    """Take over abandoned PR NUMBER (its author died or gave it up): claim its files first;
+    a PR of yours replaces it, then fetch your branch and go on."""
+
+    def said(r: dict[str, Any]) -> str:
+        new = r["pr"]
+        return (
+            f"took over #{number} as {pr_line(new)}\n"
+            f"  continue: git fetch origin {new['branch']} && git checkout -B {new['branch']} "
+            f"FETCH_HEAD"
+        )
+
+    run("POST", f"/v1/prs/{number}/take", said, json={"branch": branch} if branch else None)
 
 
 def register(sw: click.Group) -> None:

@@ -31,22 +31,40 @@ Entry types (the shared context is append-only and everyone can grep it):
 
 \b
 Scopes name what a claim covers: repository paths or globs (src/parser/**,
-src/*.py, docs/api.md; a directory covers everything below it) or topics
-(topic:error-messages). Claiming a scope that overlaps another worker's
+src/*.py, docs/api.md; a directory covers everything below it), symbols in
+a file (src/text.py::pluralize, src/text.py::Inflector.camelize) or topics
+(topic:error-messages). Two symbols overlap only if they are the same one
+or a class and its method; a path overlaps every symbol of its files. Claim
+the functions you will change, not their whole file, so peers can work on
+the file's other functions. Claiming a scope that overlaps another worker's
 active claim tells both of you, so you can agree who does what by DM.
 
 \b
-Typical loop: sw inbox; sw tail; sw claims; sw grep ...; sw claim ...;
+Typical loop: sw inbox; sw tail; sw claims; sw workers; sw grep ...; sw claim ...;
 (work, test) ; sw pr open ...; sw pr merge N; sw summary CLAIM_ID "..."
+
+\b
+When the task is to rebuild a program, sw oracle ARGS... [< input] runs the
+original on the hub (you can run it, not read it) and prints what it printed,
+exiting with its status: see sw oracle --help.
 
 Text arguments given as - are read from standard input.
 Exit status: 0 ok, 1 the hub refused (the message says why), 2 usage or connection error.
 """
 
 
+def _say_waiting(error: HubError, seconds: float) -> None:
+    """The agent (or person) sees why the command is slow, not a silent hang."""
+    click.echo(
+        f"sw: waiting for the hub ({error.message[:200]}); retrying in {seconds:.1f}s "
+        "(up to SWARM_HUB_RETRY_SECONDS in all) …",
+        err=True,
+    )
+
+
 def _client() -> HubClient:
     try:
-        return HubClient.from_env()
+        return HubClient.from_env(on_wait=_say_waiting)
     except HubError as exc:
         raise click.UsageError(exc.message) from exc
 
@@ -85,11 +103,12 @@ class SwGroup(click.Group):
             return super().invoke(ctx)
         except HubError as exc:
             status = 2 if exc.status == 0 else 1
-            click.echo(f"sw: error: {exc.message}", err=True)
+            # A refusal can quote peers (a branch name, the merge check's output of their code).
+            click.echo(f"sw: error: {fmt.peer_text(exc.message)}", err=True)
             for name in exc.payload.get("files", []) or []:
-                click.echo(f"  conflict: {name}", err=True)
+                click.echo(f"  conflict: {fmt.one_line(name)}", err=True)
             if exc.payload.get("output"):
-                click.echo(exc.payload["output"], err=True)
+                click.echo(fmt.peer_block(exc.payload["output"]), err=True)
             ctx.exit(status)
 
 
@@ -177,7 +196,7 @@ def fail(body: str, scope: tuple[str, ...], claim_id: int | None, ref: tuple[int
 @click.option("--message", "-m", "body", required=True, help="What you will do in this scope.")
 @click.option("--lease", type=float, help="Lease in seconds (default: the hub's, e.g. 300).")
 def claim(scope: tuple[str, ...], body: str, lease: float | None) -> None:
-    """Claim SCOPE (paths, globs or topic:<name>) before working on it.
+    """Claim SCOPE (paths, globs, file.py::symbol or topic:<name>) before working on it.
 
     The answer lists every active claim of others that overlaps yours; their
     owners get a direct message. Renew before the lease lapses (sw renew ID);
@@ -354,7 +373,14 @@ def inbox() -> None:
 @sw.command()
 def whoami() -> None:
     """Your worker name and the hub you talk to."""
-    run("GET", "/v1/whoami", lambda r: f"you are {r['name']} (worker {r['id']})")
+
+    def render(r: dict[str, Any]) -> str:
+        line = f"you are {r['name']} (worker {r['id']})"
+        if r.get("without"):
+            line += f"; this run is without: {', '.join(r['without'])}"
+        return line
+
+    run("GET", "/v1/whoami", render)
 
 
 def _register_extensions() -> None:
@@ -362,6 +388,8 @@ def _register_extensions() -> None:
     import importlib
 
     importlib.import_module("swarm.tools.commands_pr").register(sw)
+    importlib.import_module("swarm.tools.commands_workers").register(sw)
+    importlib.import_module("swarm.tools.commands_oracle").register(sw)
 
 
 _register_extensions()

@@ -3,28 +3,37 @@ ends. The cooperation loop lives in the prompt; this only provides the harness, 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import logging
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from swarm.diskfull import SESSION_PREFIX, text_says_full
 from swarm.errors import InvalidInput
 from swarm.harness import Harness, SessionContext, SessionLimits, SessionResult, get_harness
+from swarm.sandbox import BoxSpec, Sandbox, SandboxLimits, get_sandbox
+from swarm.sandbox.env import agent_env
+from swarm.switches import ENV
+from swarm.tasks.environment import PythonEnv
 from swarm.tools import format as fmt
-from swarm.tools.client import HubClient, HubError
+from swarm.tools.client import HubClient, HubError, retryable
 from swarm.worker.models import pick_model
 from swarm.worker.prompt import render_worker_prompt
 
 log = logging.getLogger("swarm.worker")
 
 NO_WORK_LEFT = "no work left"
+OPEN_STATES = ("active", "lapsed")  # a claim not ended yet
 
 # Clones through the hub at once, per worker process: 256 workers starting together would
 # otherwise run 256 `git http-backend`s on the hub at the same moment (and time out).
@@ -51,9 +60,21 @@ class WorkerOptions:
     api_base: str | None = None
     deadline: float = float("inf")  # unix time when the run's budget ends
     limits: SessionLimits = field(default_factory=SessionLimits)
-    oracle: str | None = None
+    oracle: str | None = None  # the task's original program, run with `sw oracle`: its name
+    conceal: tuple[str, ...] = ()  # paths masked in every session's sandbox (see BoxSpec.hidden)
     required_approvals: int = 0
     max_sessions: int | None = None
+    # {"id", "name", "token"} of a worker this runtime takes up again (a restarted process, a
+    # resumed run) instead of registering a new one.
+    identity: dict[str, Any] | None = None
+    sandbox: str = "none"  # swarm.sandbox backend for every command of every session
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits.from_env)
+    # The task's [environment]: its venv first on PATH (read-only inside the sandbox), and
+    # the container image of the docker sandbox.
+    python_env: PythonEnv | None = None
+    image: str | None = None
+    # The switches this worker was told the run has (SWARM_WITHOUT); None: take the hub's.
+    without: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -80,12 +101,6 @@ def carries_credentials(url: str) -> bool:
     return urlsplit(url).password is not None
 
 
-def sw_bin_dir() -> str:
-    """The directory holding the `sw` command of this installation."""
-    found = shutil.which("sw", path=str(Path(sys.executable).parent))
-    return str(Path(found).parent) if found else str(Path(sys.executable).parent)
-
-
 class WorkerRuntime:
     def __init__(
         self,
@@ -93,8 +108,10 @@ class WorkerRuntime:
         *,
         stop: threading.Event | None = None,
         harness: Harness | None = None,
+        on_registered: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.options = options
+        self.on_registered = on_registered
         self.stop = stop or threading.Event()
         self.harness = harness
         self.totals = WorkerTotals()
@@ -104,17 +121,37 @@ class WorkerRuntime:
         self.status: dict[str, Any] = {}
         self.flags: dict[str, Any] = {}
         self.reported = 0.0  # time.monotonic() of the last heartbeat that reached the hub
+        # Writes a failed session could not make (the hub's disk was full): sent before the next.
+        self.unsent: list[tuple[str, dict[str, Any]]] = []
         self._reporting = threading.RLock()
+        self.sandbox: Sandbox = get_sandbox(options.sandbox)
+        self.without: tuple[str, ...] = ()  # the run's switches, as the hub says (register)
 
     # -- set-up ---------------------------------------------------------------------------
     def register(self) -> HubClient:
-        with HubClient(
-            self.options.hub_url, self.options.join_token, timeout=HUB_TIMEOUT
-        ) as joiner:
-            info = joiner.register(None if self.options.model_mix else self.options.model)
+        info = self.options.identity
+        if info is None:
+            with HubClient(
+                self.options.hub_url, self.options.join_token, timeout=HUB_TIMEOUT
+            ) as joiner:
+                info = joiner.register(None if self.options.model_mix else self.options.model)
+            if self.on_registered is not None:
+                self.on_registered(info)
         self.name = info["name"]
         self.options.model = pick_model(self.options.model, self.options.model_mix, info["id"])
         self.client = HubClient(self.options.hub_url, info["token"], timeout=HUB_TIMEOUT)
+        if self.options.identity is not None:
+            # Taken up again: what the previous process held is stale (its checkout is gone),
+            # so its claims are released now rather than left to lapse.
+            self.client.call("POST", "/v1/status", json={"state": "stopped", "status": {}})
+        self.without = tuple(self.client.call("GET", "/v1/whoami")["result"].get("without", ()))
+        expected = self.options.without
+        if expected is not None and tuple(expected) != self.without:
+            raise InvalidInput(
+                f"this worker was started with {ENV}={','.join(expected)!r} but the hub at "
+                f"{self.options.hub_url} runs without {','.join(self.without) or 'nothing'!r}: "
+                f"give both the same {ENV} (the hub's is what counts)"
+            )
         return self.client
 
     def prepare_checkout(
@@ -130,6 +167,7 @@ class WorkerRuntime:
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.parent.mkdir(parents=True, exist_ok=True)
+        workdir.parent.chmod(0o700)  # checkouts hold their worker's token (.git/config)
         where = client.call("GET", "/v1/workspace")["result"]
         seed = self.seed(where["clone_url"], client.token)
         # The configuration rides on the clone (`-c`): 1,024 workers starting together spawn
@@ -159,18 +197,10 @@ class WorkerRuntime:
             (workdir / ".git" / "info").mkdir(exist_ok=True)
             (workdir / ".git" / "info" / "sparse-checkout").write_text("/*\n!/*/\n")
         git("checkout", "-q", "-B", "main", "origin/main", cwd=workdir)
-        env = {
-            **os.environ,
-            "PATH": sw_bin_dir() + os.pathsep + os.environ.get("PATH", ""),
-            "SWARM_HUB_URL": self.options.hub_url,
-            "SWARM_TOKEN": client.token,
-            "SWARM_WORKER": self.name,
-            "GIT_TERMINAL_PROMPT": "0",
-        }
-        env.pop("SWARM_JOIN_TOKEN", None)
-        env.pop("SWARM_OPERATOR_TOKEN", None)
-        if self.options.oracle:
-            env["SWARM_ORACLE"] = self.options.oracle
+        # The worker's token rides in the config (http.extraHeader): readable by its owner only.
+        (workdir / ".git" / "config").chmod(0o600)
+        options = self.options
+        env = session_env(options.hub_url, client.token, self.name, options.python_env)
         return workdir, env
 
     def seed(self, url: str, token: str) -> Path:
@@ -228,6 +258,8 @@ class WorkerRuntime:
 
     def channel_digest(self) -> str:
         assert self.client
+        if "channel" in self.without:
+            return ""
         try:
             data = self.client.inbox()
         except HubError as exc:
@@ -280,6 +312,44 @@ class WorkerRuntime:
                 if self.heartbeat(fresh, final=True):
                     return
 
+    def fail_claims(self, client: HubClient, number: int, detail: str) -> None:
+        """A failed session (a disk full, a crash in the harness) leaves no claim open: a FAIL
+        that says why ends them, so the reason is in the context for everyone (in a run without
+        the context, they are released). A hub that cannot take it now (its disk is full too)
+        gets it before this worker's next session: until then the claims stay this worker's,
+        and nobody starts the same unit twice."""
+        if "claims" in self.without:
+            return
+        try:
+            self._fail_open_claims(client, number, detail)
+        except HubError as exc:
+            if not retryable(exc):
+                log.warning("%s: could not end the failed session's claims: %s", self.name, exc)
+                return
+            log.warning("%s: the FAIL of session %d waits for the hub: %s", self.name, number, exc)
+            self.unsent.append(("fail", {"number": number, "detail": detail}))
+
+    def _fail_open_claims(self, client: HubClient, number: int, detail: str) -> None:
+        # Lapsed claims too: a FAIL still ends them, with the reason.
+        listed = client.call("GET", "/v1/claims", params={"mine": True, "all": True, "limit": 100})
+        ids = [int(c["id"]) for c in listed["result"]["claims"] if c["state"] in OPEN_STATES]
+        if ids and "context" in self.without:
+            for claim_id in ids:
+                client.call("POST", f"/v1/claims/{claim_id}/release")
+        elif ids:
+            client.record("FAIL", _fail_body(number, detail), refs=ids)
+
+    def send_unsent(self, client: HubClient) -> None:
+        """Deliver what a failed session could not tell the hub (its FAIL, its end), oldest
+        first; raises HubError while the hub still cannot take them."""
+        while self.unsent:
+            kind, what = self.unsent[0]
+            if kind == "fail":
+                self._fail_open_claims(client, int(what["number"]), str(what["detail"]))
+            else:
+                client.call("POST", f"/v1/sessions/{what['id']}/end", json=what["end"])
+            self.unsent.pop(0)
+
     def status_doc(self) -> dict[str, Any]:
         return {**self.status, **self.totals.__dict__}
 
@@ -304,20 +374,32 @@ class WorkerRuntime:
             harness = self.harness or get_harness(
                 self.options.harness, **self.options.harness_options
             )
-            workdir, env = self.prepare_checkout(
-                client, sparse=bool(getattr(harness, "sparse_checkout", False))
-            )
+            # (A run with switches gets the sim's switch-aware policy, which needs every file.)
+            sparse = bool(getattr(harness, "sparse_checkout", False)) and not self.without
+            workdir, env = self.prepare_checkout(client, sparse=sparse)
             prompt = render_worker_prompt(
                 worker=self.name,
                 team_size=self.options.team_size,
                 goal=self.options.goal,
                 oracle=self.options.oracle,
                 required_approvals=self.options.required_approvals,
+                without=self.without,
             )
             self.state = "idle"
             self.heartbeat()
             while (reason := self.should_stop()) is None:
-                result = self.run_session(client, harness, workdir, env, prompt)
+                try:
+                    self.send_unsent(client)
+                    result = self.run_session(client, harness, workdir, env, prompt)
+                except HubError as exc:
+                    if not retryable(exc):
+                        raise
+                    # The hub stayed away longer than the client's retries: wait, go on; the
+                    # worker exiting for good would leave its share of the work undone.
+                    log.warning("%s: the hub is unreachable: %s", self.name, exc.message)
+                    self.status["last_session"] = f"hub unreachable: {exc.message[:160]}"
+                    self.stop.wait(5.0)
+                    continue
                 if result.ended == "stopped" and result.detail.startswith(NO_WORK_LEFT):
                     self.status["stopped_because"] = result.detail
                     break
@@ -326,6 +408,8 @@ class WorkerRuntime:
             else:
                 self.status["stopped_because"] = reason
         finally:
+            with contextlib.suppress(HubError):  # the FAIL says why; the stop releases anyway
+                self.send_unsent(client)
             self.report_stopped(client)  # the hub releases this worker's claims
             client.close()
         return self.totals
@@ -352,6 +436,20 @@ class WorkerRuntime:
             pending_direct=self.pending_direct,
             channel_digest=self.channel_digest,
             on_step=self.on_step,
+            without=self.without,
+        )
+        ctx.box = self.sandbox.open(
+            session_box(
+                self.name,
+                workdir,
+                env,
+                self.options.sandbox_limits,
+                harness,
+                ctx,
+                python_env=self.options.python_env,
+                image=self.options.image,
+                hidden=tuple(Path(p) for p in self.options.conceal),
+            )
         )
         try:
             result = harness.run_session(ctx)
@@ -360,18 +458,27 @@ class WorkerRuntime:
         except Exception as exc:
             log.exception("%s: session %s failed", self.name, started["number"])
             result = SessionResult("error", detail=f"{type(exc).__name__}: {exc}")
-        client.call(
-            "POST",
-            f"/v1/sessions/{started['id']}/end",
-            json={
-                "ended": result.ended,
-                "steps": result.steps,
-                "tokens_in": result.tokens_in,
-                "tokens_out": result.tokens_out,
-                "cost": result.cost,
-                "detail": result.detail,
-            },
-        )
+        finally:
+            ctx.box.close()
+        if result.ended == "error":
+            if disk_full(result.detail) and not result.detail.startswith(SESSION_PREFIX):
+                result = dataclasses.replace(result, detail=f"{SESSION_PREFIX}{result.detail}")
+            self.fail_claims(client, started["number"], result.detail)
+        end = {
+            "ended": result.ended,
+            "steps": result.steps,
+            "tokens_in": result.tokens_in,
+            "tokens_out": result.tokens_out,
+            "cost": result.cost,
+            "detail": result.detail,
+        }
+        try:
+            client.call("POST", f"/v1/sessions/{started['id']}/end", json=end)
+        except HubError as exc:
+            if not retryable(exc):
+                raise
+            log.warning("%s: the end of session %d waits for the hub", self.name, started["number"])
+            self.unsent.append(("end", {"id": started["id"], "end": end}))
         t = self.totals
         t.sessions += 1
         t.steps += result.steps
@@ -381,6 +488,90 @@ class WorkerRuntime:
         self.state = "idle"
         self.status["last_session"] = f"{result.ended}: {result.detail[:160]}"
         return result
+
+
+def disk_full(detail: str) -> bool:
+    """A session's failure that a full disk caused (the worker's checkout, or the hub's)."""
+    # The hub's 507s say "disk is full" (a write refused) or "disk is nearly full" (its guard).
+    return text_says_full(detail) or "disk is full" in detail or "disk is nearly full" in detail
+
+
+def session_env(
+    hub_url: str, token: str, worker: str, python_env: PythonEnv | None = None
+) -> dict[str, str]:
+    """The environment of a worker's agent. Built from an allow-list: nothing else of this
+    process's environment (the join token, a deployment's secrets) reaches the agent. The
+    task's environment, if it has one, comes first on PATH. (A task's oracle is run with
+    `sw oracle`: no path to it is given, none would be inside the sandbox.)"""
+    env = agent_env(hub_url=hub_url, token=token, worker=worker)
+    if python_env is not None:
+        env["PATH"] = os.pathsep.join([str(python_env.bin_dir), env["PATH"]])
+        env["VIRTUAL_ENV"] = str(python_env.path)
+    return env
+
+
+def session_box(
+    worker: str,
+    workdir: Path,
+    env: dict[str, str],
+    limits: SandboxLimits,
+    harness: Harness | None,
+    ctx: SessionContext | None = None,
+    *,
+    python_env: PythonEnv | None = None,
+    image: str | None = None,
+    hidden: tuple[Path, ...] = (),
+) -> BoxSpec:
+    """What a session's sandbox holds (also `swarm sandbox shell`'s): the checkout, the
+    environment, and what more the harness and the task need: the CLI and the task's
+    environment read-only, the model API's host, the task's image."""
+    paths = getattr(harness, "sandbox_paths", None)
+    reach = getattr(harness, "sandbox_reach", None)
+    return BoxSpec(
+        name=worker,
+        checkout=workdir,
+        env=env,
+        limits=limits,
+        extra_ro=(
+            *(paths(env) if paths else ()),
+            *(python_env.ro_paths() if python_env else ()),
+        ),
+        reach=tuple(reach(ctx.api_base if ctx else None)) if reach else (),
+        image=image,
+        hidden=hidden,
+    )
+
+
+def _fail_body(number: int, detail: str) -> str:
+    return (
+        f"session {number} failed: {detail[:600].rstrip('.') or 'no detail'}. Its claims end "
+        "here so peers can take the work up."
+    )
+
+
+class IdentityFile:
+    """The identities (id, name, token) of a worker process's workers, kept in a file only its
+    owner can read, so a restarted process takes up the same workers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self.known: list[dict[str, Any]] = []
+        if path.is_file():
+            self.known = list(json.loads(path.read_text() or "[]"))
+
+    def get(self, index: int) -> dict[str, Any] | None:
+        return self.known[index] if index < len(self.known) else None
+
+    def add(self, identity: dict[str, Any]) -> None:
+        with self._lock:
+            self.known.append({k: identity[k] for k in ("id", "name", "token")})
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(self.known, handle)
+            os.replace(temporary, self.path)
 
 
 class HeartbeatPump:
