@@ -97,17 +97,21 @@ def test_commonmark_task_and_its_oracle(tmp_path: Path) -> None:
     assert oracle_score is not None and oracle_score[1] == 652
     # cmark 0.30.2 implements spec 0.30; three of the 0.31.2 examples changed since.
     assert oracle_score[0] >= 645, oracle_score
-    # The whole pipeline, with an implementation that delegates to the oracle.
+    # The whole pipeline, with an implementation that delegates to a copy of the oracle in
+    # the repository (the scoring's sandbox holds the scored commit, not the task's oracle).
     repo = tmp_path / "repo"
     shutil.copytree(task.start_dir, repo)
+    shutil.copytree(task.oracle_path.parent, repo / "vendored")
     (repo / "commonmark_impl" / "__main__.py").write_text(
-        f"import os\nos.execv({str(task.oracle_path)!r}, ['cmark'])\n"
+        "import os\nos.execv(os.path.join(os.getcwd(), 'vendored', 'cmark'), ['cmark'])\n"
     )
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "delegate to the oracle")
     checkpoint = evaluate(task, repo, "main", tmp_path / "evaluator")
+    assert checkpoint.status == "scored", checkpoint.reason
     assert (checkpoint.passed, checkpoint.total) == oracle_score, checkpoint.output_tail
+    assert len(checkpoint.tests) == 652  # each example's outcome; the canaries left out
 
 
 def test_a_failed_download_is_one_clear_line(tmp_path: Path) -> None:

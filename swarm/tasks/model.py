@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from swarm.errors import Conflict, InvalidInput, NotFound
+from swarm.tasks.tables import TaskCheck, TaskEnvironment, parse_check, parse_environment
 
 TASK_FILE = "task.toml"
 PREPARED_STAMP = ".prepared"
+# `pytest`, `py.test`, `python -m pytest`, `.venv/bin/pytest` as a word of the eval command.
+_PYTEST = re.compile(r"(?:^|[\s/;&|(])(?:py\.test|pytest)(?:$|[\s;&|)])")
 _BUDGET = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _KNOWN_KEYS = {
     "name", "goal", "start", "hidden_tests", "eval_command", "eval_timeout", "budget",
-    "solution", "oracle", "prepare", "prepare_options",
+    "solution", "oracle", "prepare", "prepare_options", "environment", "check",
 }  # fmt: skip
 
 
@@ -65,6 +68,17 @@ class Task:
     oracle_path: Path | None = None
     prepare: str | None = None
     prepare_options: Mapping[str, Any] = field(default_factory=dict)
+    environment: TaskEnvironment = field(default_factory=TaskEnvironment)
+    check: TaskCheck | None = None  # [check], written by `swarm task check`
+
+    @property
+    def uses_pytest(self) -> bool:
+        """Whether the eval command runs pytest (then the evaluator isolates it, see
+        swarm.evaluation.isolation)."""
+        return (
+            re.search(r"(?:^|[\s/;&|(])(?:py\.test|pytest)(?:$|[\s;&|)])", self.eval_command)
+            is not None
+        )
 
     @property
     def is_prepared(self) -> bool:
@@ -85,19 +99,26 @@ class Task:
     def require_prepared(self) -> Task:
         """Return self, or raise TaskNotPrepared naming what is missing."""
         missing = self.missing()
-        if missing is not None:
-            raise TaskNotPrepared(self, missing)
-        return self
+        if missing is None:
+            return self
+        if self.prepare and (self.root / PREPARED_STAMP).exists():
+            # Preparing again would not help: the path in task.toml is wrong.
+            raise NotFound(
+                f"{self.root / 'task.toml'}: {missing}, yet the task is prepared; "
+                "check that path in task.toml"
+            )
+        raise TaskNotPrepared(self, missing)
 
     def goal_text(self) -> str:
         """The goal shown to every worker."""
         self.require_prepared()
         return self.goal_path.read_text(encoding="utf-8")
 
-    def render_eval_command(self, python: str = "python") -> str:
-        """The eval command with `{hidden}`, `{task}`, `{oracle}` and `{python}` filled in."""
+    def render_eval_command(self, python: str = "python", hidden: Path | None = None) -> str:
+        """The eval command with `{hidden}` (the hidden tests, or the copy at `hidden`),
+        `{task}`, `{oracle}` and `{python}` filled in."""
         return self.eval_command.format(
-            hidden=self.hidden_dir,
+            hidden=hidden or self.hidden_dir,
             task=self.root,
             oracle=self.oracle_path or "",
             python=python,
@@ -135,6 +156,9 @@ def load_task(path: str | Path) -> Task:
         value = text(key, default)
         if value is None:
             return None
+        return within(key, value)
+
+    def within(key: str, value: str) -> Path:
         if Path(value).is_absolute():
             raise fail(key, f"must be a path relative to the task directory, got {value!r}")
         resolved = (root / value).resolve()
@@ -182,6 +206,8 @@ def load_task(path: str | Path) -> Task:
         oracle_path=inside("oracle"),
         prepare=text("prepare"),
         prepare_options=options,
+        environment=parse_environment(data, fail),
+        check=parse_check(data, fail, within),
     )
     if task.prepare is None and task.missing() is not None:
         raise NotFound(f"{file}: {task.missing()} (and the task has no `prepare` to build it)")

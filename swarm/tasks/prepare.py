@@ -17,8 +17,10 @@ Say = Callable[[str], None]
 PREPARERS = {
     "inflection": "swarm.tasks.prepare_inflection",
     "commonmark": "swarm.tasks.prepare_commonmark",
+    "debian": "swarm.tasks.rebuild.importer",
     "demo": "swarm.tasks.demo",
     "scale": "swarm.tasks.demo",
+    "hazard": "swarm.tasks.hazard",
 }
 
 

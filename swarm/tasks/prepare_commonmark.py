@@ -75,8 +75,8 @@ A hidden test suite renders many CommonMark documents and compares the HTML
 
 ORACLE_NOTE = """
 A reference implementation, cmark {version} (spec 0.30, so it differs from 0.31.2 on a few
-cases), can be run as a program: `<oracle> < input.md`. Its path is given with your
-instructions when the run provides it.
+cases), can be run but not read: `sw oracle < input.md` runs it on the hub and prints its
+HTML (see `sw oracle --help`).
 """
 
 WRAPPER = """#!/bin/sh

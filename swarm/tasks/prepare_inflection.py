@@ -80,7 +80,9 @@ def stub_functions(source: str, path: str) -> tuple[str, list[Unit], list[str]]:
             Unit(
                 id=node.name,
                 title=f"implement {node.name}()",
-                scope=(path,),
+                # The function, not the file: every unit is in this one file, and a file scope
+                # would make each claim overlap every other.
+                scope=(f"{path}::{node.name}",),
                 edits=(Edit(path, stub, original),),
             )
         )

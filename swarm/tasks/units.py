@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarm.context import scope as scopes
 from swarm.errors import Conflict, InvalidInput, NotFound
 from swarm.tasks.model import Task
 
@@ -15,7 +16,8 @@ MIN_GAP_LINES = 3  # unchanged lines between two units' edits, so git merges nev
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace the one exact occurrence of `old` in `path` by `new`."""
+    """Replace the one exact occurrence of `old` in `path` by `new`; an empty `old` creates
+    `path` (which must not exist yet) holding `new`."""
 
     path: str
     old: str
@@ -71,7 +73,10 @@ def parse_units(text: str, source: str = "units.json") -> list[Unit]:
             ):
                 raise InvalidInput(f"{where} ({item['id']}): each edit needs path, old and new")
             parsed.append(Edit(edit["path"], edit["old"], edit["new"]))
-        scope = item.get("scope", sorted({e.path for e in parsed}))
+        try:  # what the sim claims for the unit: paths, or the symbols it writes (a.py::f)
+            scope = scopes.normalize(item.get("scope", sorted({e.path for e in parsed})))
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where} ({item['id']}): {exc.message}") from None
         units.append(
             Unit(item["id"], str(item.get("title", item["id"])), tuple(scope), tuple(parsed))
         )
@@ -109,6 +114,20 @@ def apply_unit(unit: Unit, checkout_dir: str | Path) -> list[str]:
         file = (root / edit.path).resolve()
         if not file.is_relative_to(root.resolve()):
             raise InvalidInput(f"unit {unit.id}: path {edit.path!r} leaves the checkout")
+        if not edit.old:  # a new file
+            current = pending.get(file)
+            if current is None and file.is_file():
+                current = file.read_text(encoding="utf-8")
+            if current is None:
+                pending[file] = edit.new
+            elif current == edit.new:
+                applied += 1
+            else:
+                raise UnitDoesNotApply(
+                    f"unit {unit.id}: {edit.path} should be a new file, but it exists with "
+                    "other content; the file was made by something else"
+                )
+            continue
         if file not in pending:
             if not file.is_file():
                 raise NotFound(f"unit {unit.id}: {edit.path} does not exist in {root}")
@@ -128,6 +147,7 @@ def apply_unit(unit: Unit, checkout_dir: str | Path) -> list[str]:
     if applied == len(unit.edits):
         raise UnitAlreadyApplied(f"unit {unit.id} is already applied in {root}")
     for file, content in pending.items():
+        file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(content, encoding="utf-8")
     return sorted({e.path for e in unit.edits})
 
@@ -142,8 +162,17 @@ def changed_lines(old_text: str, edit: Edit) -> range:
 def check_independent(units: list[Unit], start_dir: Path) -> None:
     """Raise InvalidInput unless every two units' edits are MIN_GAP_LINES apart in the start."""
     spans: dict[str, list[tuple[range, str]]] = {}
+    created: dict[str, str] = {}
     for unit in units:
         for edit in unit.edits:
+            if not edit.old:
+                if (start_dir / edit.path).exists() or created.get(edit.path, unit.id) != unit.id:
+                    raise InvalidInput(
+                        f"unit {unit.id}: it creates {edit.path}, which the start or another "
+                        "unit already has"
+                    )
+                created[edit.path] = unit.id
+                continue
             text = (start_dir / edit.path).read_text(encoding="utf-8")
             if text.count(edit.old) != 1:
                 raise InvalidInput(f"unit {unit.id}: its text is not exactly once in {edit.path}")

@@ -1,0 +1,1 @@
+"""`swarm task import` of Python projects: source, layout, stubs, import probe, units, goal."""

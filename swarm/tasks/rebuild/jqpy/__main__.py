@@ -1,0 +1,7 @@
+"""`python -m jqpy ARGS...`: the jq command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main(sys.argv[1:]))
