@@ -6,9 +6,6 @@ from pathlib import Path
 
 import click
 
-from swarm.report import render
-from swarm.report.export import export_run
-from swarm.report.measures import measure
 from swarm.report.source import is_archive, open_run, unpack
 
 
@@ -39,7 +36,22 @@ def _default_out(runs: tuple[Path, ...]) -> Path:
 def report_command(runs: tuple[Path, ...], out: Path | None, threshold: float) -> None:
     """Write a self-contained HTML report (and Markdown summary) of one run, or compare runs.
 
-    RUNS are run directories or archives made by `swarm export`."""
+    RUNS are run directories or archives made by `swarm export`. An experiment's directory
+    (made by `swarm experiment`) is reported as an experiment: statistics over its runs, with
+    the per-run figures as CSV."""
+    from swarm.experiment.state import is_experiment
+
+    if len(runs) == 1 and is_experiment(runs[0]):
+        from swarm.experiment.report import write_report
+
+        html_path, md_path, csv_path, warnings = write_report(runs[0], out)
+        for warning in warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(f"wrote {html_path}, {md_path} and {csv_path}")
+        return
+    from swarm.report import render  # matplotlib: only when a report is written
+    from swarm.report.measures import measure
+
     out = out or _default_out(runs)
     measured = []
     for path in runs:
@@ -77,6 +89,8 @@ def report_command(runs: tuple[Path, ...], out: Path | None, threshold: float) -
 )
 def export_command(run: Path, out: Path | None, unpack_into: Path | None) -> None:
     """Pack a run (database, git bundle, evaluator log) into one archive, or unpack one."""
+    from swarm.report.export import export_run
+
     if unpack_into is not None:
         if not is_archive(run):
             raise click.BadParameter(f"{run} is not a .tar.gz made by swarm export")

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pygit2
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, inspect, literal, select
 
 from swarm.context import scope as scopes
 from swarm.context.schema import claims, entries, entry_refs, workers
-from swarm.evaluation.schema import checkpoints
+from swarm.evaluation.history import failing_tests
+from swarm.evaluation.schema import checkpoint_results, checkpoints
 from swarm.messages.schema import messages
+from swarm.report.attempts import read_attempts, repeated_failures, thrown_away
 from swarm.report.source import RunSource
 from swarm.worker.schema import sessions
 from swarm.workspace.schema import pr_events, pull_requests, reviews
@@ -51,6 +53,55 @@ class RunMeasures:
     channel_posts: dict[str, int]
     roles: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
+    # The hidden tests main still fails and since when (see swarm.evaluation.history).
+    tests: dict[str, Any] = field(default_factory=dict)
+    # Checkpoints that are not pass rates (tampered, incomplete, error): (time, commit,
+    # status, reason). `checkpoints` holds the scored ones only.
+    unscored: list[tuple[float, str, str, str]] = field(default_factory=list)
+    # The sim's record of its attempts (swarm.report.attempts), None when the run kept none.
+    attempts: list[dict[str, Any]] | None = None
+    without: tuple[str, ...] = ()  # the mechanisms the run was without (swarm.switches)
+
+    # -- the per-run measures an experiment reads by name (docs/experiments.md) -------------
+    @property
+    def duplicated_work(self) -> int:
+        """Pieces of work done twice: pairs of merged PRs of different authors that changed
+        the same lines or symbols, plus finished attempts thrown away because main already
+        held their unit (in the sim's record of attempts)."""
+        return len(self.duplicated) + (thrown_away(self.attempts) if self.attempts else 0)
+
+    @property
+    def conflicts(self) -> int:
+        """Merges the hub refused because the PR conflicted with main."""
+        return len(self.conflict_times)
+
+    @property
+    def repeated_failures(self) -> int | None:
+        """Failed attempts for a reason an earlier failed attempt had met before they began;
+        None for a run without a record of its attempts (not available, not 0)."""
+        return None if self.attempts is None else repeated_failures(self.attempts)
+
+    def figures(self) -> dict[str, float | int | None]:
+        """Every per-run measure by name; None where the run cannot tell."""
+        failed = None if self.attempts is None else sum(
+            1 for a in self.attempts if a["outcome"] == "failed")  # fmt: skip
+        return {
+            "final_pass_rate": self.final_rate,
+            "best_pass_rate": self.best_rate,
+            "time_to_50": self.time_to(0.5),
+            "time_to_90": self.time_to(0.9),
+            "time_to_all": self.time_to(1.0),
+            "duration": self.end - self.start,
+            "merged_prs": len(self.merge_times),
+            "cost": self.cost,
+            "tokens": self.tokens,
+            "duplicated_work": self.duplicated_work,
+            "conflicts": self.conflicts,
+            "repeated_failures": self.repeated_failures,
+            "failed_attempts": failed,
+            "overlapping_claims": len(self.overlaps),
+            "direct_messages": sum(self.dm_graph.values()),
+        }
 
     @property
     def final_rate(self) -> float | None:
@@ -95,8 +146,7 @@ def measure(source: RunSource) -> RunMeasures:
     """Every figure of the report, read from one run."""
     with source.db.read() as conn:
         names = {int(i): str(n) for i, n in conn.execute(select(workers.c.id, workers.c.name))}
-        points = [(float(r.time), int(r.passed), int(r.total)) for r in conn.execute(
-            select(checkpoints).order_by(checkpoints.c.time, checkpoints.c.id))]  # fmt: skip
+        points, unscored = _checkpoints(conn)
         prs = conn.execute(select(pull_requests).order_by(pull_requests.c.number)).all()
         conflict_times = [float(t) for (t,) in conn.execute(
             select(pr_events.c.created_at).where(pr_events.c.kind == "conflict"))]  # fmt: skip
@@ -173,7 +223,7 @@ def measure(source: RunSource) -> RunMeasures:
         per_worker=per_worker,
         session_costs=[float(s.cost) for s in session_rows],
         session_tokens=[int(s.tokens_in + s.tokens_out) for s in session_rows],
-        duplicated=_duplicated(patches, merged, names, source.git_dir),
+        duplicated=_duplicated(merged, source.git_dir),
         overlaps=overlaps,
         overlap_outcomes=dict(outcomes),
         claim_to_merge=_claim_to_merge(claim_rows, merged, names),
@@ -184,7 +234,32 @@ def measure(source: RunSource) -> RunMeasures:
         channel_posts=dict(channel_posts),
         roles=roles,
         extra={"fixed_others": fixed_others},
+        tests=failing_tests(source.db),
+        unscored=unscored,
+        attempts=read_attempts(source.run_dir),
+        without=source.info.without,
     )
+
+
+def _checkpoints(
+    conn: Connection,
+) -> tuple[list[tuple[float, int, int]], list[tuple[float, str, str, str]]]:
+    """The scored checkpoints as (time, passed, total), and the others as (time, commit,
+    status, reason): a tampered or incomplete scoring is not a pass rate."""
+    if inspect(conn).has_table("checkpoint_results"):
+        query = select(checkpoints, checkpoint_results.c.status).outerjoin(
+            checkpoint_results, checkpoint_results.c.checkpoint_id == checkpoints.c.id
+        )
+    else:  # a run recorded before statuses existed
+        query = select(checkpoints, literal(None).label("status"))
+    points, others = [], []
+    for r in conn.execute(query.order_by(checkpoints.c.time, checkpoints.c.id)):
+        status = r.status or ("scored" if r.reason is None else "error")
+        if status == "scored":
+            points.append((float(r.time), int(r.passed), int(r.total)))
+        else:
+            others.append((float(r.time), str(r.commit), str(status), str(r.reason or "")))
+    return points, others
 
 
 def by_author_patch(patches: Sequence[Any], names: dict[int, str]) -> Counter[str]:
@@ -222,34 +297,12 @@ def _end(claim: Any) -> str:
     return str(claim.end_reason or "not ended")
 
 
-def _duplicated(
-    patches: Sequence[Any], merged: list[Any], names: dict[int, str], git_dir: Path | None
-) -> list[dict[str, Any]]:
-    """PATCH_SUMMARYs with overlapping scopes, and merged PRs changing the same files, by
-    different workers: work that may have been done twice."""
-    from swarm.report.overlap import overlap_pairs
+def _duplicated(merged: list[Any], git_dir: Path | None) -> list[dict[str, Any]]:
+    """Merged PRs of different authors that changed the same lines or symbols: work that was
+    done twice (or redone)."""
+    from swarm.report.changes import duplicated_changes
 
-    out: list[dict[str, Any]] = []
-    scoped = [(p.id, names[p.author_id], p.scope.split("\n")) for p in patches if p.scope]
-    for a, b in sorted(overlap_pairs(scoped)):
-        out.append({"kind": "PATCH_SUMMARY", "a": a, "b": b})
-    if git_dir is not None:
-        repo = pygit2.Repository(str(git_dir))
-        files: dict[int, tuple[str, set[str]]] = {}
-        for pr in merged:
-            try:
-                commit = repo[pygit2.Oid(hex=pr.merge_commit)].peel(pygit2.Commit)
-                diff = repo.diff(commit.parents[0], commit)
-            except (KeyError, ValueError, TypeError, pygit2.GitError):
-                continue
-            files[pr.number] = (pr.author, {d.new_file.path for d in diff.deltas})
-        numbers = sorted(files)
-        for i, a in enumerate(numbers):
-            for b in numbers[i + 1 :]:
-                shared = files[a][1] & files[b][1]
-                if shared and files[a][0] != files[b][0]:
-                    out.append({"kind": "PR", "a": a, "b": b, "files": sorted(shared)[:5]})
-    return out
+    return duplicated_changes(git_dir, merged) if git_dir is not None else []
 
 
 def _claim_to_merge(

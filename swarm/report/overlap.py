@@ -18,8 +18,9 @@ def literal_prefix(item: str) -> Key:
     """The item's segments before the first one with a glob character; a topic is its own key."""
     if item.startswith(scopes.TOPIC_PREFIX):
         return (item,)
+    path, _symbol = scopes.split_symbol(item)  # a symbol is filed under its file
     out = []
-    for segment in item.split("/"):
+    for segment in path.split("/"):
         if set(segment) & scopes.GLOB_CHARS:
             break
         out.append(segment)

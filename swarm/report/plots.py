@@ -12,6 +12,7 @@ matplotlib.use("Agg")  # no display: the report is written by a command, often o
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from swarm.report.measures import RunMeasures
 
@@ -20,6 +21,17 @@ COLORS = ["#3b5bdb", "#e67700", "#2b8a3e", "#c92a2a", "#7048e8", "#1098ad", "#d6
 TOP = 40  # bars and graph nodes shown at most (the tables list everyone)
 plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
                      "svg.fonttype": "none", "svg.hashsalt": "swarm"})  # fmt: skip
+
+
+def _counts() -> MaxNLocator:
+    """Ticks for counts: whole numbers only."""
+    return MaxNLocator(integer=True)
+
+
+def _span(*values: float | Sequence[float]) -> float:
+    """The right end of a time axis: the largest value, at least a minute."""
+    flat = [v for x in values for v in (x if isinstance(x, Sequence) else [x])]
+    return max([1.0, *flat])
 
 
 def to_svg(fig: Figure) -> str:
@@ -41,11 +53,24 @@ def pass_rate(runs: Sequence[RunMeasures], title: str = "Pass rate of main over 
         ys = [100 * p / t if t else 0 for _w, p, t in run.checkpoints]
         ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)], label=run.name, lw=1.8)
         ax.plot(xs, ys, "o", ms=3, color=COLORS[i % len(COLORS)])
+        # Scorings that are not pass rates (tampered, incomplete): a cross on the time axis.
+        for status, color in (("tampered", "#c92a2a"), ("incomplete", "#e67700")):
+            times = [u[0] for u in run.unscored if u[2] == status]
+            if times:
+                label = f"{status} (not a pass rate)"
+                ax.plot(minutes(times, run.start), [1] * len(times), "x", ms=7, mew=2,
+                        color=color, label=label, clip_on=False)  # fmt: skip
     ax.set(xlabel="minutes since start", ylabel="hidden tests passed (%)", ylim=(0, 102),
            title=title)  # fmt: skip
-    ax.set_xlim(left=0)
+    ax.set_xlim(
+        0,
+        _span(
+            *(minutes([r.end], r.start)[0] for r in runs),
+            *(minutes([p[0] for p in r.checkpoints], r.start) for r in runs),
+        ),
+    )
     ax.grid(alpha=0.3)
-    if len(runs) > 1:
+    if len(runs) > 1 or any(r.unscored for r in runs):
         ax.legend(frameon=False)
     return to_svg(fig)
 
@@ -63,7 +88,10 @@ def cumulative(run: RunMeasures) -> str:
         ax.step([0, *xs], range(len(xs) + 1), where="post", color=color, lw=1.6)
         ax.set_title(f"{label} ({len(xs)})")
         ax.set_xlabel("minutes")
-        ax.set_xlim(left=0)
+        # An empty series gets real axes (0 to the run's length, 0 to 1), not matplotlib's ±0.04.
+        ax.set_xlim(0, _span(minutes([run.end], run.start)[0], xs))
+        ax.set_ylim(0, max(1, len(xs)) * 1.05)
+        ax.yaxis.set_major_locator(_counts())
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return to_svg(fig)
@@ -77,6 +105,7 @@ def per_worker(run: RunMeasures) -> str:
     a1.set_title("cost per worker ($)")
     a2.barh(names, [w["tokens"] for _n, w in ranked], color=COLORS[1])
     a2.set_title("tokens per worker")
+    a2.xaxis.set_major_locator(_counts())
     for ax in (a1, a2):
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
@@ -91,6 +120,9 @@ def per_session(run: RunMeasures) -> str:
     a1.set_title(f"cost per session ($), {len(run.session_costs)} sessions")
     a2.hist(run.session_tokens or [0], bins=bins, color=COLORS[1])
     a2.set_title("tokens per session")
+    a2.xaxis.set_major_locator(_counts())  # tokens are whole too
+    for ax in (a1, a2):
+        ax.yaxis.set_major_locator(_counts())  # sessions are counted in whole numbers
     fig.tight_layout()
     return to_svg(fig)
 

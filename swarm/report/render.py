@@ -22,6 +22,16 @@ class Table:
     rows: list[list[Any]]
     more: int = 0
 
+    @property
+    def numeric(self) -> list[bool]:
+        """Columns of numbers only: right-aligned, header included, so each number sits
+        under its own header."""
+        return [
+            bool(self.rows)
+            and all(isinstance(r[i], int | float) and not isinstance(r[i], bool) for r in self.rows)
+            for i in range(len(self.head))
+        ]
+
 
 @dataclass
 class Section:
@@ -53,9 +63,31 @@ def run_sections(m: RunMeasures, *, figures: bool = True) -> list[Section]:
                ("merged PRs", str(merged)),
                ("merge commits on main", "—" if m.git_merges is None else str(m.git_merges)),
                ("workers", str(len(m.workers))), ("duration", mins(m.end - m.start)),
+               ("mechanisms off", ", ".join(m.without) or "none (all on)"),
                ("cost", f"${m.cost:.2f}"), ("tokens", f"{m.tokens:,}")],
         figures=[plots.pass_rate([m]), plots.cumulative(m)] if figures else [],
     )  # fmt: skip
+    failing = m.tests.get("failing", [])
+    if m.tests.get("tests"):
+        progress.cards.append(("hidden tests failing", f"{len(failing)} of {m.tests['tests']}"))
+    if failing:
+        progress.tables.append(table(
+            ["hidden test still failing", "outcome", "failing since", "at commit", "passed once"],
+            [[f["test"], f["outcome"], mins(f["since"] - m.start), f["since_commit"][:10],
+              "yes" if f["ever_passed"] else "no"] for f in failing]))  # fmt: skip
+    if m.unscored:
+        kinds = {k: sum(1 for u in m.unscored if u[2] == k) for k in ("tampered", "incomplete")}
+        progress.cards.append(
+            (
+                "checkpoints not scored",
+                ", ".join(
+                    [f"{n} {k}" for k, n in kinds.items() if n] or [f"{len(m.unscored)} error"]
+                ),
+            )
+        )
+        progress.tables.append(table(
+            ["checkpoint not scored (not a pass rate)", "commit", "status", "reason"],
+            [[mins(t - m.start), c[:10], st, r] for t, c, st, r in m.unscored]))  # fmt: skip
     progress.tables.append(table(["entry type", "count"], [[k, v] for k, v in
                                  sorted(m.entries_by_type.items())]))  # fmt: skip
     cost = Section("Cost and tokens", figures=[plots.per_worker(m), plots.per_session(m)]
@@ -67,10 +99,16 @@ def run_sections(m: RunMeasures, *, figures: bool = True) -> list[Section]:
                                                    key=lambda kv: -kv[1]["cost"])]))  # fmt: skip
     collab = Section(
         "Collaboration",
-        note="Duplicated work: two PATCH_SUMMARY entries of different workers with overlapping "
-        "scopes, or two merged PRs of different authors changing the same file. Claim to merge: "
-        "from a claim to its owner's next merged PR (claims completed by a PATCH_SUMMARY).",
-        cards=[("duplicated work", str(len(m.duplicated))),
+        note="Duplicated work: two merged PRs of different authors that changed the same lines "
+        "or the same symbols (a Python function, class or method), each PR against the point "
+        "it started from, plus finished attempts thrown away because main already held their "
+        "unit (sim runs). Repeated failures: failed attempts for a reason an earlier failed "
+        "attempt had met before they began (sim runs). Claim to merge: from a claim to its "
+        "owner's next merged PR (claims completed by a PATCH_SUMMARY).",
+        cards=[("duplicated work", str(m.duplicated_work)),
+               ("merge conflicts", str(m.conflicts)),
+               ("repeated failures", "—" if m.repeated_failures is None
+                else str(m.repeated_failures)),
                ("overlapping claim pairs", str(len(m.overlaps))),
                ("median claim → merge", mins(median(m.claim_to_merge))),
                ("reviews", str(sum(m.reviews_given.values()))),
@@ -82,8 +120,10 @@ def run_sections(m: RunMeasures, *, figures: bool = True) -> list[Section]:
     collab.tables += [
         table(["overlapping claims ended as", "pairs"],
               [[k, v] for k, v in sorted(m.overlap_outcomes.items(), key=lambda kv: -kv[1])]),
-        table(["duplicated", "a", "b", "shared files"],
-              [[d["kind"], d["a"], d["b"], ", ".join(d.get("files", []))] for d in m.duplicated]),
+        table(["PR", "and PR", "both changed"],
+              [[f"#{d['a']}", f"#{d['b']}", ", ".join(d["what"]) + (
+                  f" (+{d['count'] - len(d['what'])})" if d["count"] > len(d["what"]) else "")]
+               for d in m.duplicated]),
         table(["worker", "reviews given", "reviews received", "merged others' PRs",
                "fixed others' FAILs", "role"],
               [[n, m.reviews_given.get(n, 0), m.reviews_received.get(n, 0),

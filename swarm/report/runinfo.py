@@ -20,6 +20,7 @@ class RunInfo:
     budget_seconds: float | None = None
     budget_cost: float | None = None
     database_url: str | None = None
+    without: tuple[str, ...] = ()  # mechanisms the run was without (swarm.switches)
     raw: dict[str, Any] = field(default_factory=dict)
 
     def deadline(self) -> float | None:
@@ -83,5 +84,6 @@ def read_run_info(run_dir: Path) -> RunInfo:
         budget_seconds=_number(seconds),
         budget_cost=_number(cost),
         database_url=str(run["database_url"]) if run.get("database_url") else None,
+        without=tuple(sorted(str(w) for w in run.get("without") or () if isinstance(w, str))),
         raw=raw,
     )

@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swarm.archive import extract_all
 from swarm.db import Database
 from swarm.errors import InvalidInput, NotFound
 from swarm.report.runinfo import RunInfo, read_run_info
@@ -54,7 +55,7 @@ def unpack(archive: Path, into: Path) -> Path:
         roots = {n.split("/", 1)[0] for n in names}
         if len(roots) != 1:
             raise InvalidInput(f"{archive} is not a swarm export (expected one top folder)")
-        tar.extractall(into, filter="data")
+        extract_all(tar, into)
     run_dir = into / roots.pop()
     bundle = run_dir / BUNDLE
     repo = run_dir / "workspace.git"

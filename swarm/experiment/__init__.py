@@ -1,0 +1,1 @@
+"""Experiments: a grid of runs (swarm experiment) and its statistics (swarm report)."""
