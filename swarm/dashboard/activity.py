@@ -9,6 +9,7 @@ from sqlalchemy import func, or_, select
 
 from swarm.context.schema import entries, workers
 from swarm.context.store import ENTRY_SELECT
+from swarm.dashboard.code import Code
 from swarm.dashboard.queries import (
     DashboardQueries,
     liveness,
@@ -41,10 +42,13 @@ def _pr_row(row: Any) -> dict[str, Any]:
 class Activity:
     """PR pages and worker timelines over the same database as `DashboardQueries`."""
 
-    def __init__(self, queries: DashboardQueries, workspace: Workspace | None) -> None:
+    def __init__(
+        self, queries: DashboardQueries, workspace: Workspace | None, code: Code | None = None
+    ) -> None:
         self.q = queries
         self.db = queries.db
         self.workspace = workspace
+        self.code = code
 
     def prs(self, *, state: str | None, author: str | None, before: int | None,
             limit: int | None) -> dict[str, Any]:  # fmt: skip
@@ -74,9 +78,10 @@ class Activity:
                     .group_by(pr_events.c.number)
                 ).all()
             )
+        sizes = self.code.pr_sizes(rows[:size]) if self.code is not None else {}
         page = [
             {**_pr_row(r), "reviews": int(review_counts.get(r.number, 0)),
-             "conflicts": int(conflicts.get(r.number, 0))}
+             "conflicts": int(conflicts.get(r.number, 0)), "size": sizes.get(r.number)}
             for r in rows[:size]
         ]  # fmt: skip
         return {"prs": page, "next": page[-1]["number"] if len(rows) > size else None}

@@ -1,9 +1,10 @@
 """Who may read the dashboard's JSON: the read-only viewer policy.
 
-Reading is open to loopback clients (a person on the hub's machine) unless `SWARM_VIEWER_TOKEN`
-is set; otherwise a request must carry, as a bearer token, the viewer token, the operator token
-or any worker's token. Writing never goes through these routes: the page posts to the operator
-routes of the API (`/v1/operator/...`) with the operator token."""
+Reading is open to loopback clients (a person on the hub's machine) that name the hub by its own
+host name (not a DNS-rebinding page's), unless `SWARM_VIEWER_TOKEN` is set; otherwise a request
+must carry, as a bearer token, the viewer token, the operator token or any worker's token.
+Writing never goes through these routes: the page posts to the operator routes of the API
+(`/v1/operator/...`) with the operator token."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import secrets
 from fastapi import Request
 
 from swarm.bootstrap import Runtime
-from swarm.errors import Unauthorized
+from swarm.errors import Forbidden, Unauthorized
 
 VIEWER_TOKEN_ENV = "SWARM_VIEWER_TOKEN"
 
@@ -52,9 +53,30 @@ def token_role(runtime: Runtime, token: str | None) -> str | None:
     return "worker"
 
 
+LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+def _host_name(request: Request) -> str:
+    host = request.headers.get("host", "").strip().lower()
+    if host.startswith("["):  # [::1]:8765
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def own_host(request: Request) -> bool:
+    """Whether the Host header names the hub itself. A page on another site that rebinds its
+    DNS name to 127.0.0.1 reaches the hub from loopback, but its requests carry its own name."""
+    runtime: Runtime = request.app.state.runtime
+    allowed = LOCAL_NAMES | {runtime.settings.host.lower()} | runtime.settings.allowed_host_names()
+    if request.client and request.client.host == "testclient":
+        allowed.add("testserver")  # Starlette's in-process test client
+    return _host_name(request) in allowed
+
+
 def open_to(request: Request) -> bool:
-    """Whether this client may read without a token."""
-    return not os.environ.get(VIEWER_TOKEN_ENV) and _loopback(request)
+    """Whether this client may read without a token: on loopback, asking for the hub by its own
+    name (see own_host), and no viewer token set."""
+    return not os.environ.get(VIEWER_TOKEN_ENV) and _loopback(request) and own_host(request)
 
 
 async def viewer(request: Request) -> None:
@@ -70,3 +92,12 @@ async def viewer(request: Request) -> None:
 def role_of(request: Request) -> str | None:
     runtime: Runtime = request.app.state.runtime
     return token_role(runtime, _bearer(request))
+
+
+async def no_worker(request: Request) -> None:
+    """A dependency for what a worker's token must not open: other workers' direct messages."""
+    if role_of(request) == "worker":
+        raise Forbidden(
+            "direct-message threads are for people (viewer or operator token); a worker reads "
+            "its own DMs with sw inbox"
+        )

@@ -13,7 +13,7 @@ from swarm.context.schema import claims, entries, workers
 from swarm.context.store import ENTRY_SELECT, entry_from_row
 from swarm.dashboard.counters import RunCounters
 from swarm.db import Database
-from swarm.evaluation.schema import checkpoints
+from swarm.evaluation.schema import checkpoint_results, checkpoints
 from swarm.hub import serialize
 from swarm.messages.local import MESSAGE_SELECT, message_from_row
 from swarm.messages.schema import messages
@@ -129,9 +129,13 @@ class DashboardQueries:
                 "model": info.model,
                 "started_at": info.started_at,
                 "ended_at": info.ended_at,
+                "stopped_because": info.raw.get("stopped_because"),
+                "without": list(info.without),
                 "budget_seconds": info.budget_seconds,
                 "budget_cost": info.budget_cost,
-                "time_left": None if deadline is None else max(0.0, deadline - now),
+                "time_left": None
+                if deadline is None or info.ended_at is not None
+                else max(0.0, deadline - now),
                 "cost_left": None
                 if info.budget_cost is None
                 else max(0.0, info.budget_cost - totals["cost"]),
@@ -211,10 +215,16 @@ class DashboardQueries:
 
     @staticmethod
     def _checkpoints(conn: Connection) -> list[dict[str, Any]]:
-        rows = conn.execute(select(checkpoints).order_by(checkpoints.c.time, checkpoints.c.id))
+        # `status`: only "scored" points are pass rates (tampered, incomplete, error are not).
+        rows = conn.execute(
+            select(checkpoints, checkpoint_results.c.status)
+            .outerjoin(checkpoint_results, checkpoint_results.c.checkpoint_id == checkpoints.c.id)
+            .order_by(checkpoints.c.time, checkpoints.c.id)
+        )
         return [
             {"time": r.time, "commit": r.commit, "passed": r.passed, "total": r.total,
-             "reason": r.reason}
+             "reason": r.reason,
+             "status": r.status or ("scored" if r.reason is None else "error")}
             for r in rows
         ]  # fmt: skip
 

@@ -17,9 +17,13 @@ from swarm import __version__
 from swarm.bootstrap import Runtime
 from swarm.context import parse_type
 from swarm.dashboard.activity import Activity
-from swarm.dashboard.auth import VIEWER_TOKEN_ENV, open_to, role_of, viewer
+from swarm.dashboard.auth import VIEWER_TOKEN_ENV, no_worker, open_to, role_of, viewer
+from swarm.dashboard.code import Code
 from swarm.dashboard.queries import DashboardQueries
+from swarm.dashboard.transcripts import transcript
+from swarm.evaluation.history import failing_tests
 from swarm.hub import serialize
+from swarm.hub.edge import IdPath, IdQuery, TimeQuery
 from swarm.messages.ports import TASKS_CHANNEL
 
 HERE = Path(__file__).parent
@@ -41,7 +45,11 @@ class Views:
             clock=runtime.clock,
             heartbeat_timeout=runtime.settings.heartbeat_timeout_seconds,
         )
-        self.activity = Activity(self.queries, runtime.workspace)
+        git_dir = getattr(runtime.workspace, "path", None)  # the embedded workspace's repository
+        if not isinstance(git_dir, Path):
+            git_dir = runtime.settings.run_dir / "workspace.git"  # a Gitea run's copy, at the end
+        self.code = Code(git_dir)
+        self.activity = Activity(self.queries, runtime.workspace, self.code)
 
     def warm(self) -> None:
         """Count the append-only tables once, off the request path (a big run takes a second)."""
@@ -57,6 +65,16 @@ async def get_views(request: Request) -> Views:
 
 
 ViewsDep = Annotated[Views, Depends(get_views)]
+# The page runs only its own scripts, talks only to the hub, and is never framed (the operator's
+# Stop button under another site's overlay). Styles stay inline-able: the views set a few.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 api = APIRouter(prefix="/dashboard/api", tags=["dashboard"], dependencies=[Depends(viewer)])
 pages = APIRouter(tags=["dashboard"])
 
@@ -71,7 +89,7 @@ def page(request: Request) -> HTMLResponse:
     html = _templates.get_template("index.html").render(
         version=__version__, viewer_env=VIEWER_TOKEN_ENV, tasks=TASKS_CHANNEL
     )
-    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(html, headers={"Cache-Control": "no-store", **PAGE_HEADERS})
 
 
 @api.get("/session", summary="Whether this page may read, and what its token allows")
@@ -84,14 +102,33 @@ def overview(views: ViewsDep) -> dict[str, Any]:
     return views.queries.overview()
 
 
+@api.get(
+    "/workers/{name}/sessions/{number}",
+    summary="One session's transcript, step by step (people only: not worker tokens)",
+    dependencies=[Depends(no_worker)],
+)
+def session_transcript(name: str, number: IdPath, views: ViewsDep) -> dict[str, Any]:
+    return transcript(views.runtime.settings.run_dir / "workers" / "sessions", name, number)
+
+
+@api.get("/code", summary="Main's file tree and its diff against the start of the run")
+def code(views: ViewsDep) -> dict[str, Any]:
+    return views.code.main()
+
+
+@api.get("/tests", summary="The hidden tests main still fails, and since when")
+def tests(views: ViewsDep) -> dict[str, Any]:
+    return failing_tests(views.runtime.db)
+
+
 @api.get("/entries", summary="Shared-context entries, newest first, paged by id")
 def entries(
     views: ViewsDep,
     type: list[str] = Query(default=[]),
     author: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    before: int | None = None,
+    since: TimeQuery = None,
+    until: TimeQuery = None,
+    before: IdQuery = None,
     limit: int | None = Query(None, ge=1, le=500),
 ) -> dict[str, Any]:
     types = [parse_type(t).value for t in type if t]
@@ -107,7 +144,7 @@ def grep(
     ignore_case: bool = True,
     type: list[str] = Query(default=[]),
     author: str | None = None,
-    before: int | None = None,
+    before: IdQuery = None,
     limit: int = Query(50, ge=1, le=500),
 ) -> dict[str, Any]:
     runtime = views.runtime
@@ -129,7 +166,7 @@ def grep(
 
 
 @api.get("/entries/{entry_id}", summary="One entry, what it refers to, and what refers to it")
-def entry(entry_id: int, views: ViewsDep) -> dict[str, Any]:
+def entry(entry_id: IdPath, views: ViewsDep) -> dict[str, Any]:
     context = views.runtime.context
     found = context.get(entry_id)
     result: dict[str, Any] = {
@@ -147,7 +184,7 @@ def claims(
     views: ViewsDep,
     state: str | None = None,
     owner: str | None = None,
-    before: int | None = None,
+    before: IdQuery = None,
     limit: int | None = Query(None, ge=1, le=500),
 ) -> dict[str, Any]:
     return views.queries.claims(state=state or None, owner=owner or None, before=before,
@@ -159,7 +196,7 @@ def prs(
     views: ViewsDep,
     state: str | None = None,
     author: str | None = None,
-    before: int | None = None,
+    before: IdQuery = None,
     limit: int | None = Query(None, ge=1, le=500),
 ) -> dict[str, Any]:
     return views.activity.prs(state=state or None, author=author or None, before=before,
@@ -167,7 +204,7 @@ def prs(
 
 
 @api.get("/prs/{number}", summary="A PR: description, diff, reviews, merge and conflict history")
-def pr(number: int, views: ViewsDep) -> dict[str, Any]:
+def pr(number: IdPath, views: ViewsDep) -> dict[str, Any]:
     return views.activity.pr(number)
 
 
@@ -175,30 +212,38 @@ def pr(number: int, views: ViewsDep) -> dict[str, Any]:
 def channel(
     views: ViewsDep,
     name: str = TASKS_CHANNEL,
-    before: int | None = None,
+    before: IdQuery = None,
     limit: int | None = Query(None, ge=1, le=500),
 ) -> dict[str, Any]:
     return views.queries.channel(name, before=before, limit=limit)
 
 
-@api.get("/threads", summary="Direct-message threads, most recently active first")
+@api.get(
+    "/threads",
+    summary="Direct-message threads, most recently active first",
+    dependencies=[Depends(no_worker)],
+)
 def threads(views: ViewsDep, limit: int | None = Query(None, ge=1, le=500)) -> dict[str, Any]:
     return views.queries.threads(limit=limit)
 
 
-@api.get("/thread", summary="The direct messages between two correspondents, newest first")
+@api.get(
+    "/thread",
+    summary="The direct messages between two correspondents, newest first",
+    dependencies=[Depends(no_worker)],
+)
 def thread(
     views: ViewsDep,
     a: str,
     b: str,
-    before: int | None = None,
+    before: IdQuery = None,
     limit: int | None = Query(None, ge=1, le=500),
 ) -> dict[str, Any]:
     return views.queries.thread(a, b, before=before, limit=limit)
 
 
 @api.get("/workers/{name}", summary="One worker's timeline: sessions, entries, messages, PRs")
-def timeline(name: str, views: ViewsDep, before: float | None = None) -> dict[str, Any]:
+def timeline(name: str, views: ViewsDep, before: TimeQuery = None) -> dict[str, Any]:
     return views.activity.timeline(name, before=before)
 
 

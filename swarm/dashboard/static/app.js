@@ -1,7 +1,9 @@
 // The dashboard's core: the JSON client, the token, the hash router and the polling loop.
 "use strict";
 
+// In sessionStorage: the token lives as long as the tab, never on disk for every later visitor.
 const TOKEN_KEY = "swarm.token";
+localStorage.removeItem(TOKEN_KEY);  // where earlier versions kept it
 const POLL_MS = 3000;
 
 const App = {
@@ -9,7 +11,7 @@ const App = {
   current: null,      // {name, params, view}
   role: null,
 
-  token() { return localStorage.getItem(TOKEN_KEY) || ""; },
+  token() { return sessionStorage.getItem(TOKEN_KEY) || ""; },
 
   headers(extra) {
     const h = Object.assign({ "Accept": "application/json" }, extra || {});
@@ -93,6 +95,19 @@ const App = {
     }
   },
 
+  // A finished run says so in the header instead of "live" (the page still refreshes).
+  showEnded(run) {
+    const live = document.getElementById("live");
+    if (run) {
+      live.textContent = "■ ended";
+      live.classList.add("ended");
+      live.title = "The run ended" + (run.stopped_because ? ": " + run.stopped_because : "");
+    } else if (live.classList.contains("ended")) {
+      live.textContent = "● live";
+      live.classList.remove("ended");
+    }
+  },
+
   async tick() {
     const live = document.getElementById("live");
     const cur = this.current;
@@ -100,7 +115,7 @@ const App = {
     try {
       await cur.view.refresh();
       live.classList.remove("stale");
-      live.title = "Updated " + new Date().toLocaleTimeString();
+      if (!live.classList.contains("ended")) live.title = "Updated " + new Date().toLocaleTimeString();
     } catch (e) {
       live.classList.add("stale");
       live.title = "Update failed: " + e.message;
@@ -112,8 +127,8 @@ const App = {
     const form = document.getElementById("token-form");
     form.addEventListener("submit", ev => {
       const action = ev.submitter ? ev.submitter.value : "save";
-      if (action === "save") localStorage.setItem(TOKEN_KEY, document.getElementById("token-input").value.trim());
-      if (action === "forget") localStorage.removeItem(TOKEN_KEY);
+      if (action === "save") sessionStorage.setItem(TOKEN_KEY, document.getElementById("token-input").value.trim());
+      if (action === "forget") sessionStorage.removeItem(TOKEN_KEY);
       if (action !== "cancel") this.whoami().then(() => this.show());
     });
     window.addEventListener("hashchange", () => this.show());

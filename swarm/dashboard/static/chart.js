@@ -16,8 +16,10 @@ const Chart = (() => {
     return String(s).replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
   }
 
-  // points: [{t: unix seconds, y: 0..1, label: tooltip, bad: bool}], drawn as a step line
-  // (main's pass rate holds until the next checkpoint), with time since `start` on the x axis.
+  // points: [{t: unix seconds, y: 0..1, label: tooltip, bad: bool, status}], drawn as a step
+  // line (main's pass rate holds until the next checkpoint), with time since `start` on the x
+  // axis. Only "scored" points are pass rates: a tampered, incomplete or failed scoring is a
+  // mark on the time axis (a dashed line and a cross), never a point of the line.
   function passRate(points, start) {
     if (!points.length) {
       return `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="no checkpoints yet">
@@ -38,21 +40,30 @@ const Chart = (() => {
       grid += `<line class="gridline" x1="${x(t0 + s)}" x2="${x(t0 + s)}" y1="${T}" y2="${y(0)}"/>`;
       grid += `<text x="${x(t0 + s)}" y="${H - B + 16}" text-anchor="middle">${niceTime(s)}</text>`;
     }
-    let path = `M${x(points[0].t)},${y(points[0].y)}`;
-    for (let i = 1; i < points.length; i++) {
-      path += ` H${x(points[i].t)} V${y(points[i].y)}`;
+    const rates = points.filter(p => (p.status || "scored") === "scored");
+    const others = points.filter(p => (p.status || "scored") !== "scored");
+    let series = "";
+    if (rates.length) {
+      let path = `M${x(rates[0].t)},${y(rates[0].y)}`;
+      for (let i = 1; i < rates.length; i++) path += ` H${x(rates[i].t)} V${y(rates[i].y)}`;
+      const area = `${path} V${y(0)} H${x(rates[0].t)} Z`;
+      series = `<path class="area" d="${area}"/><path class="series" d="${path}"/>` + rates.map(p =>
+        `<circle class="dot${p.bad ? " bad" : ""}" cx="${x(p.t)}" cy="${y(p.y)}" r="3.5">` +
+        `<title>${escapeText(p.label)}</title></circle>`).join("");
     }
+    const marks = others.map(p => {
+      const cx = x(p.t), cy = y(0) - 7;
+      return `<g class="mark ${escapeText(p.status)}" data-status="${escapeText(p.status)}">
+        <line class="rule" x1="${cx}" x2="${cx}" y1="${T}" y2="${y(0)}"/>
+        <path class="cross" d="M${cx - 5},${cy - 5} L${cx + 5},${cy + 5} M${cx - 5},${cy + 5} L${cx + 5},${cy - 5}"/>
+        <title>${escapeText(p.label)}</title></g>`;
+    }).join("");
     const last = points[points.length - 1];
-    const area = `${path} V${y(0)} H${x(points[0].t)} Z`;
-    const dots = points.map(p =>
-      `<circle class="dot${p.bad ? " bad" : ""}" cx="${x(p.t)}" cy="${y(p.y)}" r="3.5">` +
-      `<title>${escapeText(p.label)}</title></circle>`).join("");
     return `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="pass rate over time">
       ${grid}
       <line class="axis" x1="${L}" x2="${W - R}" y1="${y(0)}" y2="${y(0)}"/>
-      <path class="area" d="${area}"/>
-      <path class="series" d="${path}"/>
-      ${dots}
+      ${series}
+      ${marks}
       <text x="${W - R}" y="${H - 4}" text-anchor="end">time since start · last ${escapeText(last.label)}</text>
     </svg>`;
   }

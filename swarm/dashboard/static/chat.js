@@ -74,7 +74,7 @@ App.views.workers = {
     document.getElementById("wk-meta").innerHTML = `${esc(w.model || "no model")} · heartbeat ${stamp(w.heartbeat_at, w.now)} ·
       <a href="#/context?author=${encodeURIComponent(w.name)}">entries</a> ·
       <a href="#/claims?owner=${encodeURIComponent(w.name)}">claims</a>`;
-    const html = d.items.map(timelineItem).join("");
+    const html = d.items.map(i => timelineItem(i, w.name)).join("");
     const list = document.getElementById("wk-list");
     list.innerHTML = more ? list.innerHTML + html : html || '<li class="empty" style="display:block">Nothing yet.</li>';
     this.next = d.next; this.paged = more;
@@ -84,10 +84,10 @@ App.views.workers = {
   async refresh() { if (!this.paged) await this.load(false); },
 };
 
-function timelineItem(i) {
+function timelineItem(i, who) {
   let what = "";
   if (i.kind === "session") {
-    what = `Session ${i.number} (${esc(i.harness)}${i.model ? " · " + esc(i.model) : ""}) ${i.ended ? badge(i.ended) : badge("in_session")}
+    what = `<a href="#/session/${encodeURIComponent(who)}/${i.number}" data-session="${i.number}">Session ${i.number}</a> (${esc(i.harness)}${i.model ? " · " + esc(i.model) : ""}) ${i.ended ? badge(i.ended) : badge("in_session")}
       <div class="small muted">${i.steps} steps · ${num(i.tokens)} tokens · ${money(i.cost)}
       ${i.ended_at ? " · " + duration(i.ended_at - i.time) : ""}</div>`;
   } else if (i.kind === "entry") {

@@ -7,7 +7,8 @@ App.views.overview = {
   async render(main) {
     main.innerHTML = `
       <div id="ov-cards" class="cards"></div>
-      <section class="panel"><h2>Pass rate of main (hidden tests)</h2><div id="ov-chart" class="chart"></div></section>
+      <section class="panel"><h2>Pass rate of main (hidden tests)</h2><div id="ov-chart" class="chart"></div>
+        <div id="ov-checkpoints"></div><div id="ov-tests"></div></section>
       <div id="ov-counts" class="grid cols-4"></div>
       <section id="ov-operator"></section>
       <section class="panel">
@@ -26,26 +27,41 @@ App.views.overview = {
     this.data = await App.get("/overview");
     const d = this.data;
     document.getElementById("run-name").textContent = d.run.name + (d.run.task ? " · " + d.run.task : "");
-    const last = d.checkpoints[d.checkpoints.length - 1];
+    // The card shows the newest pass rate: a tampered or incomplete scoring is not one.
+    const scored = d.checkpoints.filter(c => (c.status || "scored") === "scored");
+    const last = scored[scored.length - 1];
+    const newest = d.checkpoints[d.checkpoints.length - 1];
     const rate = last && last.total ? (100 * last.passed / last.total).toFixed(1) + "%" : "—";
+    const unscored = newest && newest !== last ? ` · newest: ${newest.status}` : "";
     const alive = d.workers.filter(w => w.state === "in_session" || w.state === "idle").length;
+    const ended = d.run.ended_at !== null && d.run.ended_at !== undefined;
+    App.showEnded(ended ? d.run : null);
     const cards = [
-      ["Pass rate", rate, last ? `${last.passed}/${last.total} · ${ago(last.time, d.now)}` : "no checkpoint yet"],
-      ["Workers", d.workers.length, `${alive} alive · ${d.totals.running} in session`],
-      ["Time left", d.run.time_left === null ? "—" : duration(d.run.time_left),
-        d.run.started_at ? "started " + ago(d.run.started_at, d.now) : "no budget in run.toml"],
+      ["Pass rate", rate, (last ? `${ended ? "final · " : ""}${last.passed}/${last.total} · ${ago(last.time, d.now)}`
+        : newest ? "no pass rate yet" : "no checkpoint yet") + unscored],
+      ["Workers", d.workers.length, ended ? "the run has ended" : `${alive} alive · ${d.totals.running} in session`],
+      ended
+        ? ["Ended", when(d.run.ended_at), `${d.run.stopped_because || "reason not recorded"}` +
+            (d.run.started_at ? ` · ran ${duration(d.run.ended_at - d.run.started_at)}` : "")]
+        : ["Time left", d.run.time_left === null ? "—" : duration(d.run.time_left),
+            d.run.started_at ? "started " + ago(d.run.started_at, d.now) : "no budget in run.toml"],
       ["Cost", money(d.totals.cost), d.run.cost_left === null ? "no cost budget" : money(d.run.cost_left) + " left"],
       ["Tokens", num(d.totals.tokens), `${d.totals.sessions} sessions`],
       ["Merged PRs", d.prs.merged, `${d.prs.open} open · ${d.prs.conflicted} conflicted`],
+      ["Mechanisms", (d.run.without || []).length ? "without " + d.run.without.join(", ") : "all on",
+        (d.run.without || []).length ? "an ablation run (swarm run --without)" : "context, claims, DMs, channel, grep, reviews"],
     ];
     document.getElementById("ov-cards").innerHTML = cards.map(([l, v, s]) =>
       `<div class="card"><div class="label">${l}</div><div class="value">${esc(v)}</div><div class="sub">${esc(s)}</div></div>`).join("");
     const start = d.run.started_at ?? (d.checkpoints[0] || {}).time;
     const points = d.checkpoints.map(c => ({
-      t: c.time, y: c.total ? c.passed / c.total : 0, bad: !c.total,
-      label: `${c.passed}/${c.total} at ${when(c.time)} (${c.commit.slice(0, 8)})${c.reason ? " · " + c.reason : ""}`,
+      t: c.time, y: c.total ? c.passed / c.total : 0, bad: !c.total, status: c.status || "scored",
+      label: (c.status && c.status !== "scored" ? `${c.status}, not a pass rate` : `${c.passed}/${c.total}`) +
+        ` at ${when(c.time)} (${c.commit.slice(0, 8)})${c.reason ? " · " + c.reason : ""}`,
     }));
     document.getElementById("ov-chart").innerHTML = Chart.passRate(points, start);
+    drawCheckpoints(document.getElementById("ov-checkpoints"), d.checkpoints, d.now);
+    drawFailing(document.getElementById("ov-tests"), await App.get("/tests"), d.now);
     document.getElementById("ov-counts").innerHTML =
       counts("Entries", d.entries, ["OBSERVED", "FACT", "FAIL", "CLAIM", "PATCH_SUMMARY"], "#/context?type=") +
       counts("Claims", d.claims, ["active", "overlapping", "completed", "failed", "released", "lapsed"], k => k === "overlapping" ? "#/claims" : "#/claims?state=" + k) +
@@ -76,6 +92,41 @@ App.views.overview = {
     if (!rows.length) document.getElementById("ov-workers").innerHTML += `<tr><td colspan="9" class="empty">No workers${f ? " match" : " yet"}.</td></tr>`;
   },
 };
+
+// Every scoring, newest first: its status says whether it is a pass rate, its reason why not.
+function drawCheckpoints(el, checkpoints, now) {
+  if (!el) return;
+  if (!checkpoints.length) { el.innerHTML = ""; return; }
+  const rows = checkpoints.slice(-50).reverse().map(c => {
+    const status = c.status || "scored";
+    return `<tr data-checkpoint-status="${esc(status)}"><td title="${esc(when(c.time))}">${ago(c.time, now)}</td>
+      <td class="mono small">${esc(c.commit.slice(0, 10))}</td>
+      <td class="num">${status === "scored" ? `${c.passed}/${c.total}` : '<span class="muted">—</span>'}</td>
+      <td>${badge(status)}</td><td class="small">${esc(c.reason || "")}</td></tr>`;
+  }).join("");
+  const bad = checkpoints.filter(c => c.status === "tampered" || c.status === "incomplete").length;
+  const shown = el.querySelector("details");
+  const open = shown ? shown.open : bad > 0;
+  el.innerHTML = `<details${open ? " open" : ""}><summary id="ov-checkpoints-summary">
+      ${checkpoints.length} checkpoints${bad ? ` · ${bad} not pass rates (tampered or incomplete)` : ""}</summary>
+    <div class="scroll"><table><thead><tr><th>When</th><th>Commit</th><th class="num">Passed</th>
+      <th>Status</th><th>Reason</th></tr></thead><tbody>${rows}</tbody></table></div></details>`;
+}
+
+// Which hidden tests main still fails, and since when (from the evaluator's per-test results).
+function drawFailing(el, t, now) {
+  if (!el) return;
+  if (!t.tests) { el.innerHTML = '<p class="small muted">No per-test results yet.</p>'; return; }
+  const rows = t.failing.map(f => `<tr data-test="${esc(f.test)}"><td class="mono small">${esc(f.test)}</td>
+    <td>${badge(f.outcome)}</td><td title="${esc(when(f.since))}">${ago(f.since, now)}</td>
+    <td class="mono small">${esc(f.since_commit.slice(0, 8))}</td><td>${f.ever_passed ? "broke again" : ""}</td></tr>`).join("");
+  const shown = el.querySelector("details");  // a reader's open or closed choice survives the poll
+  const open = shown ? shown.open : t.failing.length > 0 && t.failing.length <= 20;
+  el.innerHTML = `<details${open ? " open" : ""}><summary id="ov-tests-summary">
+      ${t.failing.length} of ${t.tests} hidden tests still failing · ${t.passing} passing</summary>
+    ${rows ? `<div class="scroll"><table><thead><tr><th>Test</th><th>Outcome</th><th>Failing since</th>
+      <th>At commit</th><th></th></tr></thead><tbody>${rows}</tbody></table></div>` : ""}</details>`;
+}
 
 function counts(title, values, keys, link) {
   const max = Math.max(1, ...keys.map(k => values[k] || 0));
@@ -246,12 +297,12 @@ App.views.prs = {
     const rows = d.prs.map(p => `<tr data-pr="${p.number}"><td><a href="#/prs/${p.number}">#${p.number}</a></td>
       <td><a href="#/prs/${p.number}">${esc(p.title)}</a><div class="small muted mono">${esc(p.branch)}</div></td>
       <td>${worker(p.author)}</td><td>${badge(p.state)}${p.conflicts ? " " + badge("conflict") + `<span class="small muted"> ×${p.conflicts}</span>` : ""}</td>
-      <td class="num">${p.reviews}</td><td>${stamp(p.created_at)}</td>
+      <td class="num">${p.reviews}</td><td class="num small" data-size="${p.number}">${diffSize(p.size)}</td><td>${stamp(p.created_at)}</td>
       <td>${p.merged_at ? stamp(p.merged_at) + " by " + worker(p.merged_by) : ""}</td></tr>`).join("");
     const table = document.getElementById("pr-table");
     const head = `<thead><tr><th>#</th><th>Title</th><th>Author</th><th>State</th><th class="num">Reviews</th>
-      <th>Opened</th><th>Merged</th></tr></thead>`;
-    table.innerHTML = more ? table.innerHTML + rows : head + (rows || '<tr><td colspan="7" class="empty">No pull requests.</td></tr>');
+      <th class="num">Size</th><th>Opened</th><th>Merged</th></tr></thead>`;
+    table.innerHTML = more ? table.innerHTML + rows : head + (rows || '<tr><td colspan="8" class="empty">No pull requests.</td></tr>');
     this.next = d.next; this.paged = more;
     document.getElementById("pr-more").hidden = !d.next;
   },
