@@ -84,7 +84,11 @@ def build_runtime(
     from swarm.messages.local import LocalMessages
 
     deliverer = Deliverer(
-        db, settings.delivery_cap, with_messages=isinstance(messages, LocalMessages)
+        db,
+        settings.delivery_cap,
+        with_messages=isinstance(messages, LocalMessages),
+        entries="context" not in settings.switches,
+        dms="dms" not in settings.switches,
     )
     return Runtime(
         settings=settings,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +22,28 @@ from swarm.tools.client import HubClient
 POSTGRES_URL = os.environ.get(
     "SWARM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+# Tests write only into temporary folders: HOME and the caches (task downloads, matplotlib,
+# the browser's profile) point into one made for the session, which subprocesses inherit too.
+_SESSION_HOME: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _SESSION_HOME
+    if _SESSION_HOME is not None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    _SESSION_HOME = Path(tempfile.mkdtemp(prefix="swarm-tests-home-"))
+    os.environ["HOME"] = str(_SESSION_HOME)
+    os.environ["XDG_CACHE_HOME"] = str(_SESSION_HOME / ".cache")
+    os.environ["XDG_CONFIG_HOME"] = str(_SESSION_HOME / ".config")
+    os.environ["SWARM_CACHE_DIR"] = str(_SESSION_HOME / ".cache" / "swarm")
+    os.environ["MPLCONFIGDIR"] = str(_SESSION_HOME / ".config" / "matplotlib")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SESSION_HOME is not None:
+        shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
 class FakeClock:
@@ -43,10 +67,12 @@ def clock() -> FakeClock:
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
     """PostgreSQL must be reachable: an unreachable server fails the run, it never skips."""
-    engine = create_engine(POSTGRES_URL)
+    engine = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            # In `public`, once: else the first test's create_schema() would install pg_trgm in
+            # its own schema, and dropping that schema would take the extension from the others.
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public"))
     except Exception as exc:  # pragma: no cover - only when the server is down
         pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable: {exc}")
     finally:

@@ -110,18 +110,33 @@ def test_patch_summary_and_fail_end_own_claims(store: ContextStore, registry: Re
     assert [e.id for e in store.referrers(done.id)] == [done.id + 3]
 
 
-def test_lease_lapses_and_renew_brings_it_back(
+def test_renew_extends_a_live_lease_and_a_lapsed_claim_is_fenced(
     store: ContextStore, registry: Registry, clock: FakeClock
 ) -> None:
     a, _ = registry.register()
     claim = store.append(a.id, "CLAIM", "x", scope=["x.py"], lease_seconds=60).entry
-    clock.advance(61)
-    assert store.claims() == []
-    assert store.claim(claim.id).state(clock()) == "lapsed"
+    clock.advance(50)
     store.renew(a.id, claim.id, 120)
-    assert [c.id for c in store.claims()] == [claim.id]
     clock.advance(100)
     assert store.claims()[0].state(clock()) == "active"
+    clock.advance(21)
+    assert store.claims() == []
+    assert store.claim(claim.id).state(clock()) == "lapsed"
+    # Late work under the lapsed claim is refused: renewal, completion, a merge's fence check.
+    with pytest.raises(Conflict, match=r"lapsed 1s ago .*make a new CLAIM"):
+        store.renew(a.id, claim.id, 120)
+    with pytest.raises(Conflict, match=r"lapsed .*before this PATCH_SUMMARY.*nothing was recorded"):
+        store.append(a.id, "PATCH_SUMMARY", "done", refs=[claim.id])
+    with pytest.raises(Conflict, match="make a new CLAIM"):
+        store.check_fence(a.id, claim.id)
+    assert store.count_by_type() == {"CLAIM": 1}
+    # A FAIL may still end it (saying why the work stopped costs nobody anything).
+    store.append(a.id, "FAIL", "gave up", refs=[claim.id])
+    assert store.claim(claim.id).end_reason == "failed"
+    fresh = store.append(a.id, "CLAIM", "x again", scope=["x.py"]).entry
+    assert store.check_fence(a.id, fresh.id).id == fresh.id
+    store.append(a.id, "PATCH_SUMMARY", "done", refs=[fresh.id])
+    assert store.claim(fresh.id).end_reason == "completed"
 
 
 def test_release_rules(store: ContextStore, registry: Registry, db: Database) -> None:

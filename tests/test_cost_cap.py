@@ -51,6 +51,11 @@ def check_cost_cap(hub: BackgroundHub, tmp_path: Path) -> None:
     try:
         assert run.poll() is None  # the run goes on, but ...
         assert runtime.run.flags().get("no_new_sessions") == "1"  # ... no new sessions
+        # Once its workers finished their sessions, the run ends saying why (not as a failure).
+        finished = subprocess.Popen(["true"])
+        finished.wait()
+        run.workers = [finished]
+        assert run.poll() == "cost cap reached ($1.00)" and run.failure is None
     finally:
         alive.kill()
         alive.wait()
@@ -72,3 +77,39 @@ def check_cost_cap(hub: BackgroundHub, tmp_path: Path) -> None:
     totals = worker.run()
     assert harness.sessions == 0 and totals.sessions == 0
     assert worker.status["stopped_because"] == "cost cap"
+
+
+def test_summary_counts_failed_sessions_and_names_failing_workers(
+    db: Database, tmp_path: Path
+) -> None:
+    """What the panel shows and what stops a run in which no session ever succeeded."""
+    runtime = make_runtime(db, tmp_path)
+    run = runtime.run
+    failing, _ = runtime.registry.register()
+    recovered, _ = runtime.registry.register()
+    for worker, ending, detail in [
+        (failing, "error", "AuthenticationError: Incorrect API key provided"),
+        (recovered, "error", "APIConnectionError: refused"),
+        (recovered, "submitted", "done"),
+        (failing, "error", "AuthenticationError: Incorrect API key provided (again)"),
+    ]:
+        session, _ = run.start_session(worker.id, "mini", "openai/x")
+        run.end_session(
+            worker.id, session, ended=ending, steps=1, tokens_in=0, tokens_out=0, cost=0.0,
+            detail=detail,
+        )  # fmt: skip
+    run.start_session(recovered.id, "mini", "openai/x")  # still running
+    summary = run.summary()
+    assert summary["sessions"] == {
+        "total": 5,
+        "running": 1,
+        "failed": 3,
+        "disk_full": 0,
+        "succeeded": 1,
+    }
+    assert summary["failing"] == [
+        {
+            "worker": failing.name,
+            "detail": "AuthenticationError: Incorrect API key provided (again)",
+        }
+    ]

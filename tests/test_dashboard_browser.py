@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +73,10 @@ def test_pages_show_the_run(
         expect(page.locator(f'tr[data-worker="{name}"]')).to_be_visible()
     expect(page.locator("#ov-chart circle.dot")).to_have_count(len(populated.checkpoints))
     expect(page.locator("#ov-cards")).to_contain_text("80.0%")
+    # The hidden tests still failing, each since the first scoring (none of them ever passed).
+    expect(page.locator("#ov-tests-summary")).to_contain_text("2 of 10 hidden tests still failing")
+    expect(page.locator("#ov-tests tr[data-test]")).to_have_count(2)
+    expect(page.locator('tr[data-test="hidden/test_x.py::test_9"]')).to_contain_text("0000000")
     expect(page.locator('[data-count="Pull requests.merged"]')).to_have_text("1")
     shot(page, tmp_path, "overview")
 
@@ -86,6 +92,11 @@ def test_pages_show_the_run(
 
     page.goto(f"{run_hub.url}/dashboard#/prs")
     expect(page.locator("#pr-table tr[data-pr]")).to_have_count(2)
+    # Each PR's size: lines added and removed, files.
+    expect(page.locator(f'[data-size="{populated.merged_prs[0]}"]')).to_contain_text("1 file")
+    expect(page.locator(f'[data-size="{populated.merged_prs[0]}"] .add')).to_have_text(
+        re.compile(r"\+[1-9]")
+    )
     shot(page, tmp_path, "prs")
     page.click(f'#pr-table a[href="#/prs/{populated.merged_prs[0]}"] >> nth=0')
     expect(page.locator("#pr-diff .add").first).to_contain_text("+def lex(text):")
@@ -107,6 +118,31 @@ def test_pages_show_the_run(
     page.goto(f"{run_hub.url}/dashboard#/workers/{populated.workers[0]}")
     expect(page.locator("#wk-list")).to_contain_text("Session 1")
     shot(page, tmp_path, "worker")
+
+    # The session's transcript, as mini-swe-agent writes it (one message per step).
+    sessions = run_hub.runtime.settings.run_dir / "workers" / "sessions"
+    sessions.mkdir(parents=True)
+    messages = [
+        {"role": "system", "content": "You are w1, one of 4 identical workers"},
+        {"role": "assistant", "content": "THOUGHT: look first\n```bash\nsw claims\n```"},
+        {"role": "user", "content": [{"type": "text", "text": "<returncode>0</returncode> ok"}]},
+    ]
+    name = f"{populated.workers[0]}-session1.mini.traj.json"
+    (sessions / name).write_text(json.dumps({"info": {}, "messages": messages}))
+    page.click("#wk-list a[data-session='1']")
+    expect(page.locator("#session-steps li.step")).to_have_count(3)
+    expect(page.locator("#session-steps li.assistant")).to_contain_text("sw claims")
+    expect(page.locator("#session-steps li.user")).to_contain_text("<returncode>0</returncode>")
+    shot(page, tmp_path, "session")
+
+    # Main's files and its diff against the start.
+    page.goto(f"{run_hub.url}/dashboard#/code")
+    lexer = page.locator('#code-files tr[data-file="src/parser/lexer.py"]')
+    expect(lexer).to_contain_text("added")
+    expect(lexer).to_contain_text("+2 −0")
+    expect(page.locator("#code-diff")).to_contain_text("+def lex(text):")
+    expect(page.locator("#code-stats")).to_contain_text("file")
+    shot(page, tmp_path, "code")
 
 
 def test_operator_posts_into_the_tasks_channel(
@@ -134,3 +170,57 @@ def test_operator_posts_into_the_tasks_channel(
     page.click("#op-stop")
     expect(page.locator("#op-result")).to_have_text("stop requested")
     assert run_hub.runtime.run.stop_requested
+
+
+def test_a_finished_run_says_when_and_why_it_ended(
+    page: Page, run_hub: BackgroundHub, populated: Population, tmp_path: Path
+) -> None:
+    """`swarm run` writes `ended` and `stopped_because` into run.toml when it stops."""
+    toml = tmp_path / "run" / "run.toml"
+    top, _, budget = toml.read_text().partition("[budget]")
+    toml.write_text(
+        f'{top}ended = 1800000000.0\nstopped_because = "budget reached"\n[budget]{budget}'
+    )
+    page.goto(f"{run_hub.url}/dashboard")
+    cards = page.locator("#ov-cards")
+    expect(cards).to_contain_text("Ended")
+    expect(cards).to_contain_text("budget reached")
+    expect(cards).to_contain_text("final · 8/10")
+    expect(cards).not_to_contain_text("Time left")
+    expect(cards).not_to_contain_text("alive")
+    expect(page.locator("#live")).to_have_text("■ ended")
+
+
+def test_tampered_and_incomplete_scorings_are_not_pass_rates(
+    page: Page, run_hub: BackgroundHub, populated: Population, tmp_path: Path
+) -> None:
+    """The evaluator's canaries and pins: such checkpoints are marks and rows, not points."""
+    last = populated.checkpoints[-1][0]
+    with HubClient(run_hub.url, run_hub.runtime.operator_token) as op:
+        for k, (status, reason) in enumerate(
+            [
+                ("tampered", "3 of 3 canary tests (tests that must fail) passed"),
+                ("incomplete", "1 hidden test module(s) did not collect: test_y.py"),
+            ]
+        ):
+            op.call("POST", "/v1/checkpoints", json={
+                "time": last + 10 * (k + 1), "commit": f"{9 - k:040x}", "passed": 10,
+                "total": 10, "reason": reason, "status": status})  # fmt: skip
+    page.goto(f"{run_hub.url}/dashboard")
+    # The curve keeps the four real scores; the two others are marks on the time axis.
+    expect(page.locator("#ov-chart circle.dot")).to_have_count(len(populated.checkpoints))
+    expect(page.locator('#ov-chart g.mark[data-status="tampered"]')).to_have_count(1)
+    expect(page.locator('#ov-chart g.mark[data-status="incomplete"]')).to_have_count(1)
+    # The card shows the last pass rate (8/10), never the forged 10/10.
+    cards = page.locator("#ov-cards")
+    expect(cards).to_contain_text("80.0%")
+    expect(cards).to_contain_text("newest: incomplete")
+    expect(cards).not_to_contain_text("100.0%")
+    summary = page.locator("#ov-checkpoints-summary")
+    expect(summary).to_contain_text("6 checkpoints · 2 not pass rates")
+    tampered = page.locator('#ov-checkpoints tr[data-checkpoint-status="tampered"]')
+    expect(tampered).to_contain_text("canary tests (tests that must fail) passed")
+    expect(tampered.locator("td.num")).to_have_text("—")
+    incomplete = page.locator('#ov-checkpoints tr[data-checkpoint-status="incomplete"]')
+    expect(incomplete).to_contain_text("did not collect: test_y.py")
+    shot(page, tmp_path, "overview-tampered")

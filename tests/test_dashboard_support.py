@@ -103,8 +103,11 @@ def populate(hub: BackgroundHub, tmp_path: Path, n: int = 4) -> Population:
 
     for k, (passed, total) in enumerate([(0, 10), (3, 10), (5, 10), (8, 10)]):
         when = start + 10 * k
+        tests = {f"hidden/test_x.py::test_{n}": "passed" if n < passed else "failed"
+                 for n in range(total)}  # fmt: skip
         op.call("POST", "/v1/checkpoints", json={"time": when, "commit": f"{k:040x}",
-                                                 "passed": passed, "total": total})  # fmt: skip
+                                                 "passed": passed, "total": total,
+                                                 "tests": tests})  # fmt: skip
         out.checkpoints.append((when, passed, total))
     out.entries = sum(hub.runtime.context.count_by_type().values())
     for c in clients.values():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from click.testing import CliRunner
 from swarm.errors import NotFound
 from swarm.evaluation import Checkpoint, Evaluator, evaluate, parse_counts
 from swarm.evaluation.cli import eval_command
+from swarm.evaluation.parse import parse_tests
 from swarm.evaluation.spec_runner import normalize_html
 from swarm.tasks import Task, apply_unit, load_task, load_units
 from swarm.tasks.demo import make_demo_task
@@ -47,6 +50,27 @@ GIT = [
 )
 def test_parse_counts(output: str, counts: tuple[int, int] | None) -> None:
     assert parse_counts(output) == counts
+
+
+def test_parse_tests_reads_pytests_short_summary() -> None:
+    output = (
+        "=== short test summary info ===\n"
+        "PASSED t.py::test_a\n"
+        "PASSED t.py::test_b[x - y]\n"
+        "FAILED t.py::test_c - AssertionError: 1 - 2\n"
+        "ERROR t.py::test_c - RuntimeError: teardown\n"
+        "ERROR t.py - ImportError\n"
+        "SKIPPED [1] t.py:9: no network\n"
+        "XFAIL t.py::test_d - known\n"
+        "2 passed, 1 failed, 1 error, 1 skipped, 1 xfailed in 0.1s\n"
+    )
+    assert parse_tests(output) == {
+        "t.py::test_a": "passed",
+        "t.py::test_b[x - y]": "passed",
+        "t.py::test_c": "error",
+        "t.py::test_d": "skipped",
+    }
+    assert parse_tests("455 passed in 0.3s") == {}
 
 
 def test_parse_counts_reads_the_last_summary() -> None:
@@ -107,14 +131,20 @@ def test_evaluate_scores_main_of_a_bare_repo(tmp_path: Path) -> None:
     workdir = tmp_path / "evaluator"
     before = evaluate(task, bare, "main", workdir)
     assert (before.passed, before.total, before.reason) == (0, 49, None)
-    assert before.commit == first_sha and "49 failed" in before.output_tail
+    # pytest's own summary counts the scoring's 3 canaries too; the checkpoint does not.
+    assert before.commit == first_sha and "52 failed" in before.output_tail
+    # Each hidden test's outcome is kept, by pytest's node id.
+    assert len(before.tests) == 49 and set(before.tests.values()) == {"failed"}
+    assert all("::test_" in test for test in before.tests)
     sha = push_all_units(task, clone)
     after = evaluate(task, bare, "main", workdir)
     assert (after.passed, after.total, after.commit) == (49, 49, sha) and after.rate == 1.0
+    assert after.tests.keys() == before.tests.keys() and set(after.tests.values()) == {"passed"}
     again = evaluate(task, str(bare), first_sha[:10], workdir)
     assert (again.passed, again.commit) == (0, first_sha)
-    # The evaluator's checkout is its own, and stray files there do not survive the next run.
-    (workdir / "checkout" / "textkit" / "junk.py").write_text("raise SystemExit(1)")
+    # The evaluator fetches into a bare mirror of its own; each scoring copies the commit
+    # out of it afresh, so nothing written into the mirror's folder reaches a scoring.
+    assert (workdir / "mirror.git" / "HEAD").is_file() and not (workdir / "checkout").exists()
     assert evaluate(task, bare, "main", workdir).passed == 49
     with pytest.raises(NotFound, match="'nope' is not in"):
         evaluate(task, bare, "nope", workdir)
@@ -131,27 +161,36 @@ def command_task(tmp_path: Path, command: str, timeout: float = 60) -> Task:
     return load_task(root)
 
 
-def test_evaluate_kills_the_process_group_on_timeout(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
-    task = command_task(tmp_path, f"sleep 60 & echo $! > {pidfile}; echo started; wait", 1)
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_evaluate_kills_the_process_group_on_timeout(tmp_path: Path, sandbox: str) -> None:
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    marker = f"61.{uuid.uuid4().int % 10**9:09d}"  # a sleep only this test starts
+    task = command_task(tmp_path, f"sleep {marker} & echo started; wait", 1)
     bare, _ = bare_repo_with(task.start_dir, tmp_path)
     started = time.monotonic()
-    checkpoint = evaluate(task, bare, workdir=tmp_path / "ev")
+    checkpoint = evaluate(task, bare, workdir=tmp_path / "ev", sandbox=sandbox)
     assert time.monotonic() - started < 20
     assert checkpoint.reason is not None and "timed out after 1s" in checkpoint.reason
     assert (checkpoint.passed, checkpoint.total) == (0, 0) and "started" in checkpoint.output_tail
-    status = Path(f"/proc/{pidfile.read_text().strip()}/status")
+    assert checkpoint.status == "error"
 
-    def gone() -> bool:  # exited, or a zombie waiting for init to reap it
-        try:
-            return "State:\tZ" in status.read_text()
-        except FileNotFoundError:
-            return True
+    def alive() -> list[str]:  # the sleep, unless it exited or is a zombie waiting for init
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+                state = (proc / "status").read_text()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and "State:\tZ" not in state:
+                found.append(proc.name)
+        return found
 
     deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
-    while not gone() and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert gone()
+    assert not alive()
 
 
 def test_evaluate_reports_a_crash_and_uses_a_clean_environment(
@@ -216,3 +255,48 @@ def test_eval_cli_prints_the_checkpoint(tmp_path: Path) -> None:
     assert as_json["passed"] == 49 and as_json["reason"] is None
     missing = runner.invoke(eval_command, [*args, "--commit", "nope"])
     assert missing.exit_code == 1 and missing.output.startswith("Error: commit or branch 'nope'")
+
+
+def test_evaluator_follows_main_one_scoring_at_a_time_of_the_newest_main(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    task = command_task(tmp_path, f"echo x >> {started}; sleep 1; echo '1 passed'")
+    bare, clone = bare_repo_with(task.start_dir, tmp_path)
+
+    def push(text: str) -> str:
+        (clone / "README").write_text(text)
+        git(clone, "commit", "-qam", text)
+        git(clone, "push", "-q", "origin", "main")
+        return git(clone, "rev-parse", "HEAD")
+
+    def scorings() -> int:
+        return len(started.read_text().splitlines()) if started.exists() else 0
+
+    def wait_for(condition: object) -> None:
+        assert callable(condition)
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert condition()
+
+    seen: list[Checkpoint] = []
+    first = git(clone, "rev-parse", "HEAD")
+    # Unconfined (asked for by name): the scorings count themselves in a file of the host.
+    evaluator = Evaluator(task, bare, seen.append, workdir=tmp_path / "ev", interval=600,
+                          follow=0.05, sandbox="none")  # fmt: skip
+    evaluator.start()
+    try:
+        wait_for(lambda: scorings() == 1)  # main as it starts is scored at once
+        push("a")
+        newest = push("b")  # both land while the first scoring runs
+        wait_for(lambda: len(seen) == 2)
+        time.sleep(0.5)
+        assert scorings() == 2  # main did not move again: nothing more to score
+        third = push("c")
+        wait_for(lambda: len(seen) == 3)
+    finally:
+        final = evaluator.stop()
+    # a and b were scored together, as b; each merge after that got its own scoring.
+    assert [c.commit for c in seen[:3]] == [first, newest, third]
+    assert scorings() == 3 and final is not None and final.commit == third
+    for earlier, later in itertools.pairwise(seen[:3]):
+        assert earlier.time + earlier.duration <= later.time  # never two at once

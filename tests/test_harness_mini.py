@@ -19,6 +19,7 @@ from swarm.errors import InvalidInput
 from swarm.harness import SessionContext, SessionLimits, SessionResult, get_harness
 from swarm.harness.scripted_server import SUBMIT, ScriptedModelServer
 from swarm.hub.server import BackgroundHub
+from swarm.sandbox import BoxSpec, default_sandbox, get_sandbox
 from swarm.tools import format as fmt
 from swarm.tools.client import HubClient
 
@@ -124,9 +125,18 @@ def test_mini_session_claims_merges_and_hears_dms(hub: BackgroundHub, tmp_path: 
             channel_digest=lambda: channel_digest(me),
             on_step=steps.append,
         )
-        result = harness.run_session(ctx)
+        # In the sandbox a run gives its sessions by default (bwrap on Linux).
+        ctx.box = get_sandbox(default_sandbox()).open(
+            BoxSpec(name="w1", checkout=tmp_path / "w1", env=env)
+        )
+        try:
+            result = harness.run_session(ctx)
+        finally:
+            ctx.box.close()
 
     assert result.ended == "submitted", result.detail
+    # The model's name as the provider answered it, for the run's provenance.
+    assert result.detail.splitlines()[-1] == "models reported by the provider: scripted"
     assert result.steps == len(SCRIPT) == len(model.requests)
     assert steps[0].startswith("sw claim notes.txt") and steps[-1] == SUBMIT
 

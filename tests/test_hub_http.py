@@ -7,11 +7,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
+from conftest import make_runtime
 
 from swarm.bootstrap import Runtime
+from swarm.db import Database
 from swarm.hub.server import (
     GC_YOUNG_THRESHOLD,
     SWITCH_INTERVAL,
@@ -54,6 +57,22 @@ def test_registration_needs_the_join_token(
     with pytest.raises(HubError, match="join token") as info:
         HubClient(hub.url, worker.token).register()
     assert info.value.status == 403
+
+
+def test_the_join_token_registers_only_the_declared_number_of_workers(
+    db: Database, tmp_path: Path
+) -> None:
+    runtime = make_runtime(db, tmp_path, join_token="swj_" + "j" * 30, max_workers=2)
+    with BackgroundHub(runtime) as hub:
+        # The operator's own registrations (a person joining, a test's observer) do not count.
+        HubClient(hub.url, runtime.operator_token).register()
+        joined = [HubClient(hub.url, runtime.join_token).register()["name"] for _ in range(2)]
+        with pytest.raises(HubError, match="declared 2 workers") as info:
+            HubClient(hub.url, runtime.join_token).register()
+        assert info.value.status == 403
+        assert HubClient(hub.url, runtime.operator_token).register()["name"] == "w4"
+    assert joined == ["w2", "w3"]
+    assert len(runtime.registry.list()) == 4
 
 
 def test_author_is_the_tokens_worker_not_a_field(new_worker: Callable[[], HubClient]) -> None:

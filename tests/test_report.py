@@ -15,6 +15,7 @@ from swarm.bootstrap import build_runtime
 from swarm.cli import main
 from swarm.config import Settings
 from swarm.hub.server import BackgroundHub
+from swarm.report.measures import RunMeasures
 
 
 def make_run(tmp_path: Path, name: str = "run", n: int = 4) -> tuple[Path, Population]:
@@ -94,3 +95,70 @@ def test_export_opens_elsewhere_and_runs_compare(tmp_path: Path) -> None:
     compared = out.with_suffix(".md").read_text()
     assert "| run | 4 | 80.0% |" in compared and "| bigger | 6 | 80.0% |" in compared
     assert out.read_text().count("<svg") == 2
+
+
+def _quiet_run() -> RunMeasures:
+    """A run in which nothing happened yet: one worker, two sessions, no merges or messages."""
+    return RunMeasures(
+        name="quiet", start=1000.0, end=1000.0 + 300, workers=["w1"], checkpoints=[],
+        merge_times=[], git_merges=0, claim_times=[1030.0, 1060.0, 1200.0], conflict_times=[],
+        message_times=[], entries_by_type={}, per_worker={"w1": {"sessions": 2, "steps": 9,
+        "tokens": 3, "cost": 0.0}}, session_costs=[0.0, 0.0], session_tokens=[1, 2],
+        duplicated=[], overlaps=[], overlap_outcomes={}, claim_to_merge=[], reviews_given={},
+        reviews_received={}, merged_whose={}, dm_graph={}, channel_posts={}, roles={},
+    )  # fmt: skip
+
+
+def _tick_labels(svg: str) -> list[str]:
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_charts_of_counts_have_whole_ticks_and_empty_charts_real_axes() -> None:
+    from swarm.report import plots
+
+    labels = _tick_labels(plots.cumulative(_quiet_run()))
+    numbers = [x.replace("\u2212", "-") for x in labels if re.fullmatch(r"[\u2212\-]?[\d.]+", x)]
+    assert numbers, labels
+    assert not [x for x in numbers if x.startswith("-")], numbers  # no axis below zero
+    assert "0.04" not in numbers and "0.02" not in numbers
+    # Counts (claims: 3) tick in whole numbers (and the 5 minutes do too).
+    assert all(float(x) == int(float(x)) for x in numbers), numbers
+
+
+def test_number_columns_are_aligned_with_their_headers() -> None:
+    from swarm.report.render import table
+
+    made = table(["worker", "sessions", "cost ($)"], [["w1", 2, 0.5], ["w2", 10, 1.25]])
+    assert made.numeric == [False, True, True]
+    assert table(["a"], []).numeric == [False]
+
+
+def test_tampered_and_incomplete_checkpoints_are_not_pass_rates(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    runtime = start_run(run_dir)
+    with BackgroundHub(runtime) as hub:
+        pop = populate(hub, tmp_path / "clones")
+        last = pop.checkpoints[-1][0]
+        op = httpx.Client(
+            base_url=hub.url, headers={"Authorization": f"Bearer {hub.runtime.operator_token}"}
+        )
+        for k, (status, reason) in enumerate(
+            [("tampered", "3 of 3 canary tests (tests that must fail) passed"),
+             ("incomplete", "9 of the 10 hidden tests pinned by [check].tests")]
+        ):  # fmt: skip
+            answer = op.post("/v1/checkpoints", json={
+                "time": last + 10 * (k + 1), "commit": f"{k + 7:040x}", "passed": 10,
+                "total": 10, "reason": reason, "status": status})  # fmt: skip
+            assert answer.status_code == 200, answer.text
+        op.close()
+    runtime.close()
+    invoke("report", str(run_dir))
+    summary = (run_dir / "report.md").read_text()
+    # The forged 10/10 is neither the final nor the best pass rate.
+    assert card(summary, "final pass rate") == "80.0%"
+    assert card(summary, "best pass rate") == "80.0%"
+    assert card(summary, "checkpoints not scored") == "1 tampered, 1 incomplete"
+    assert "| tampered | 3 of 3 canary tests (tests that must fail) passed |" in summary
+    assert "| incomplete | 9 of the 10 hidden tests pinned" in summary
+    page = (run_dir / "report.html").read_text()
+    assert "tampered (not a pass rate)" in page  # the cross on the curve, in its legend

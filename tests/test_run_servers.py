@@ -124,6 +124,7 @@ def merges_per_unit(repo: BareRepo, units: list[str]) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_simulated_run_on_gitea_and_mattermost(servers: Servers, tmp_path: Path) -> None:
     started = time.monotonic()
     task = make_demo_task(tmp_path / "task")

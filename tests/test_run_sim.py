@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from swarm.tasks.demo import make_scale_task
 from swarm.tasks.model import Task
 from swarm.tasks.prepare import prepare_task
 from swarm.tasks.units import Unit, parse_units
-from swarm.worker.run import Run, RunPlan
+from swarm.worker.run import RunPlan
 from swarm.worker.run_cli import execute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,10 +74,15 @@ def plan_for(task: Task, run_dir: Path, **kw: Any) -> RunPlan:
 
 
 @pytest.fixture(scope="module")
-def inflection() -> Task:
-    return prepare_task(INFLECTION)  # downloads from PyPI once, then cached
+def inflection(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    """A prepared copy: preparing never writes into the repository's examples/."""
+    root = tmp_path_factory.mktemp("tasks") / "inflection"
+    root.mkdir()
+    shutil.copy(INFLECTION / "task.toml", root)
+    return prepare_task(root)  # downloads from PyPI once per session (the cache is temporary)
 
 
+@pytest.mark.slow
 def test_inflection_with_8_workers_reaches_every_hidden_test(
     inflection: Task, tmp_path: Path
 ) -> None:
@@ -113,6 +117,7 @@ def test_inflection_with_8_workers_reaches_every_hidden_test(
     assert time.monotonic() - started < 180
 
 
+@pytest.mark.slow
 def test_inflection_with_1_worker_finishes(inflection: Task, tmp_path: Path) -> None:
     outcome = execute(plan_for(inflection, tmp_path / "run", workers=1, think=0.05), quiet=True)
     assert outcome.stopped_because == "every worker finished"
@@ -122,69 +127,23 @@ def test_inflection_with_1_worker_finishes(inflection: Task, tmp_path: Path) -> 
     assert query(outcome.run_dir, "SELECT COUNT(*) FROM claims")[0][0] == 12  # no yielding
 
 
-def test_killed_worker_process_frees_its_claims_and_the_run_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.slow
+def test_a_worker_held_back_by_the_git_rate_limit_waits_and_finishes(
+    inflection: Task, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lease = 6.0
-    monkeypatch.setenv("SWARM_CLAIM_LEASE_SECONDS", str(lease))  # the hub inherits it
-    task = make_scale_task(tmp_path / "task", units=12)
-    run = Run(plan_for(task, tmp_path / "run", workers=2, processes=2, think=2.5))
-    run_dir = run.plan.run_dir
-    run.start()
-    try:
-        # Wait until both workers have merged something and hold a claim.
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            merged = query(
-                run_dir, "SELECT COUNT(DISTINCT author) FROM pull_requests WHERE state = 'merged'"
-            )[0][0]
-            holding = query(
-                run_dir, "SELECT COUNT(DISTINCT owner_id) FROM claims WHERE ended_at IS NULL"
-            )[0][0]
-            if merged == 2 and holding == 2:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the workers did not get going")
-        victim = run.workers[0]
-        os.killpg(victim.pid, signal.SIGKILL)  # no chance to release or report
-        victim.wait()
-        killed_at = time.time()
-        while run.poll() is None:
-            assert time.time() - killed_at < 120, "the run did not go on"
-            time.sleep(0.5)
-        outcome = run.stop("every worker finished")
-    except BaseException:
-        run.stop("test failed")
-        raise
-    # The killed worker is the one that never reported `stopped`.
-    dead = query(run_dir, "SELECT id, name FROM workers WHERE state <> 'stopped'")
-    assert len(dead) == 1, dead
-    dead_id, dead_name = dead[0]
-    # Its claims were never ended by anyone: their leases lapsed, and a peer took the unit.
-    open_claims = query(
-        run_dir,
-        "SELECT id, scope, lease_until FROM claims WHERE owner_id = ? AND ended_at IS NULL",
-        dead_id,
-    )
-    assert open_claims, "the killed worker held a claim"
-    for _id, _scope, lease_until in open_claims:
-        assert lease_until <= killed_at + lease + 1
-    # Its pushed work is intact: its merged PRs are on main, its branches still in the repo.
-    merged = query(
-        run_dir,
-        "SELECT merge_commit, head, branch FROM pull_requests "
-        "WHERE author = ? AND state = 'merged'",
-        dead_name,
-    )
-    assert merged
-    for merge_commit, head, branch in merged:
-        git(run_dir, "merge-base", "--is-ancestor", merge_commit, "main")
-        assert git(run_dir, "rev-parse", f"refs/heads/{branch}").strip() == head
-    # The run went on: every unit on main exactly once, all hidden tests pass.
-    assert outcome.final is not None and outcome.final.passed == outcome.final.total == 12
-    units = units_of(task)
-    assert merges_per_unit(run_dir, units) == {u.id: 1 for u in units}
+    # A few git operations a unit: 30 a minute (one every 2 s) after a burst of 2 holds the
+    # worker back many times; each time it waits as the hub says and goes on, claiming no unit
+    # twice (a failed push used to end the session and leave the unit to be claimed again).
+    monkeypatch.setenv("SWARM_RATE_GIT_PER_MINUTE", "30")
+    monkeypatch.setenv("SWARM_RATE_BURST", "2")
+    outcome = execute(plan_for(inflection, tmp_path / "run", workers=1, think=0.0), quiet=True)
+    assert outcome.stopped_because == "every worker finished"
+    assert outcome.final is not None and (outcome.final.passed, outcome.final.total) == (455, 455)
+    units = units_of(inflection)
+    assert merges_per_unit(outcome.run_dir, units) == {u.id: 1 for u in units}
+    assert query(outcome.run_dir, "SELECT COUNT(*) FROM claims")[0][0] == 12
+    log = "".join(p.read_text() for p in (outcome.run_dir / "workers" / "sessions").rglob("*"))
+    assert "too many git operations" in log
 
 
 def test_demo_completes_with_every_hidden_test_passing(tmp_path: Path) -> None:
@@ -216,7 +175,7 @@ def test_demo_completes_with_every_hidden_test_passing(tmp_path: Path) -> None:
         "ORDER BY time DESC, id DESC LIMIT 1",
     )[0]
     assert total > 0 and passed == total
-    assert f"hidden tests on main: {passed}/{total}" in done.stderr
+    assert f"hidden tests on main: {passed}/{total}" in done.stdout
 
 
 def test_hub_timing_histogram() -> None:
@@ -242,3 +201,17 @@ def test_hub_timing_histogram() -> None:
     assert route["count"] == 50 and 0.002 <= route["p50"] <= route["p99"] <= route["max"] * 1.2
     assert json.dumps(report)
     assert route_group("POST", "/git/workspace.git/git-receive-pack") == "POST git git-receive-pack"
+
+
+@pytest.mark.slow
+def test_the_demo_runs_without_bubblewrap_and_says_so(tmp_path: Path) -> None:
+    run_dir = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "swarm", "demo", "--think", "0.1", "--run-dir", str(run_dir)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "SWARM_BWRAP_BIN": str(tmp_path / "no-bwrap-here")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "bubblewrap is not installed" in done.stderr
+    assert "hidden tests on main: 49/49" in done.stdout
+    assert 'sandbox = "none"' in (run_dir / "run.toml").read_text()

@@ -1,4 +1,5 @@
-"""Claim scopes: paths and globs compared exactly, topics by name."""
+"""Claim scopes: paths and globs compared exactly, symbols by name within a file, topics by
+name."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ from swarm.errors import InvalidInput
         ("topic:Errors", "topic:errors", True),
         ("topic:errors", "src/errors.py", False),
         ("./src//x.py", "src/x.py", True),
+        # Symbols: the same one, or a class and its method, in the same file.
+        ("inflection/__init__.py::pluralize", "inflection/__init__.py::singularize", False),
+        ("inflection/__init__.py::pluralize", "inflection/__init__.py::pluralize", True),
+        ("a.py::Inflector", "a.py::Inflector.camelize", True),
+        ("a.py::Inflector.camelize", "a.py::Inflector.underscore", False),
+        ("a.py::Inflector", "a.py::InflectorBase", False),
+        ("a.py::f", "b.py::f", False),
+        ("./src//a.py:: f", "src/a.py::f", True),
+        # A symbol and a path or glob: the path covers the symbol's file.
+        ("a.py::f", "a.py", True),
+        ("src/a.py::f", "src", True),
+        ("src/a.py::f", "src/*.py", True),
+        ("src/a.py::f", "src/**", True),
+        ("src/a.py::f", "src/b.py", False),
+        ("src/a.py::f", "docs/**", False),
+        ("src/a.py::f", "topic:f", False),
     ],
 )
 def test_overlap(a: str, b: str, expected: bool) -> None:
@@ -43,8 +60,34 @@ def test_overlap(a: str, b: str, expected: bool) -> None:
         (["../x"], "inside the repository"),
         (["topic:"], "needs a name"),
         (["x"] * 65, "the limit is 64"),
+        (["a.py::"], "after '::' name a symbol"),
+        (["a.py::f()"], "after '::' name a symbol"),
+        (["a.py::A..b"], "after '::' name a symbol"),
+        (["src/*.py::f"], "a symbol belongs to one file"),
+        (["::f"], "names no file"),
     ],
 )
 def test_bad_scopes(scope: object, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         normalize(scope)
+
+
+def test_symbol_scopes_are_normalized() -> None:
+    assert normalize(["./src//a.py :: Inflector.camelize", "src/a.py::Inflector.camelize"]) == (
+        "src/a.py::Inflector.camelize",
+    )
+
+
+def test_the_reports_overlap_index_files_symbols_under_their_file() -> None:
+    from swarm.report.overlap import overlap_pairs
+
+    claims = [
+        (1, "w1", normalize(["src/a.py::f"])),
+        (2, "w2", normalize(["src/a.py::g"])),
+        (3, "w3", normalize(["src/a.py::Cls.m"])),
+        (4, "w4", normalize(["src/a.py::Cls"])),
+        (5, "w5", normalize(["src/*.py"])),
+        (6, "w6", normalize(["src/b.py"])),
+    ]
+    near = {(1, 5), (2, 5), (3, 5), (4, 5), (5, 6), (3, 4)}
+    assert overlap_pairs(claims) == near

@@ -18,10 +18,11 @@ SW = str(Path(sys.executable).parent / "sw")
 
 
 def sw(
-    *args: str, token: str | None, url: str, stdin: str | None = None
+    *args: str, token: str | None, url: str, stdin: str | None = None, retry: float = 60
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWARM_")}
     env["SWARM_HUB_URL"] = url
+    env["SWARM_HUB_RETRY_SECONDS"] = str(retry)
     if token:
         env["SWARM_TOKEN"] = token
     return subprocess.run(
@@ -76,9 +77,11 @@ def test_errors_are_one_line_with_exit_status(hub: BackgroundHub, pair: tuple[st
     )
     bad = sw("record", "GUESS", "x", token=a, url=hub.url)
     assert bad.returncode == 1 and "unknown entry type 'GUESS'" in bad.stderr
-    down = sw("tail", token=a, url="http://127.0.0.1:9")
+    down = sw("tail", token=a, url="http://127.0.0.1:9", retry=1)
     assert down.returncode == 2
-    assert down.stderr.startswith("sw: error: cannot reach the hub at http://127.0.0.1:9")
+    assert down.stderr.startswith("sw: waiting for the hub (cannot reach the hub at")
+    last = down.stderr.strip().splitlines()[-1]
+    assert last.startswith("sw: error: cannot reach the hub at http://127.0.0.1:9")
     assert "Traceback" not in down.stderr
     missing = sw("tail", token=None, url=hub.url)
     assert missing.returncode == 2 and "SWARM_TOKEN not set" in missing.stderr

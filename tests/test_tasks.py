@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,80 @@ def test_task_cli_prepare_and_show(tmp_path: Path) -> None:
     missing = runner.invoke(task_group, ["show", str(tmp_path / "nowhere")])
     assert missing.exit_code == 1 and "Traceback" not in missing.output
     assert missing.output.count("\n") == 1 and "does not exist" in missing.output
+
+
+def test_load_task_reads_environment_and_check(tmp_path: Path) -> None:
+    for part in ("start", "hidden", "check"):
+        (tmp_path / part).mkdir()
+    (tmp_path / "goal.md").write_text("do it")
+    (tmp_path / "check" / "test-ids.txt").write_text("# pinned\nt.py::a\n\nt.py::b\n")
+    toml = BASE + (
+        '\n[environment]\npython = "3.11"\ndependencies = ["attrs>=23.1", "six"]\n'
+        'image = "swarm:local"\n'
+        '\n[check]\ntests = 2\ntest_ids = "check/test-ids.txt"\nstart_passed = 0\n'
+        "reference_passed = 2\nchecked_at = 2026-12-01T15:00:00Z\n"
+    )
+    task = load_task(write_task(tmp_path, toml))
+    assert task.environment.python == "3.11" and not task.environment.is_default
+    assert task.environment.dependencies == ("attrs>=23.1", "six")
+    assert task.environment.image == "swarm:local"
+    assert task.check is not None and task.check.tests == 2
+    assert task.check.test_ids == tmp_path / "check" / "test-ids.txt"
+    assert task.check.pinned_ids() == ["t.py::a", "t.py::b"]
+    assert (task.check.start_passed, task.check.reference_passed) == (0, 2)
+    assert task.check.checked_at is not None and task.check.checked_at.startswith("2026-12-01")
+    for part in ("plain/start", "plain/hidden"):
+        (tmp_path / part).mkdir(parents=True)
+    (tmp_path / "plain" / "goal.md").write_text("g")
+    plain = load_task(write_task(tmp_path / "plain", BASE.replace("true", "pytest -q")))
+    assert plain.environment.is_default and plain.check is None and plain.uses_pytest
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        ("[environment]\npython = 3.11", "'environment.python' must be a version"),
+        ('[environment]\npython = "python3"', "'environment.python' must be a version"),
+        ('[environment]\ndependencies = "attrs"', "'environment.dependencies' must be a list"),
+        ('[environment]\ndependencies = ["--index-url=x"]', "pip options are not allowed"),
+        ('[environment]\nimage = "Bad Image"', "'environment.image' must be an image name"),
+        ('[environment]\nnode = "20"', "'environment.node' is not a field of [environment]"),
+        ("environment = 3", "'environment' must be a table"),
+        ("[check]\ntests = -1", "'check.tests' must be a whole number"),
+        ('[check]\ntests = "455"', "'check.tests' must be a whole number"),
+        ("[check]\ntests = 4\nreference_passed = 5", "'check.reference_passed' is 5, more than"),
+        ('[check]\ntest_ids = "nope.txt"', "'check.test_ids' names 'nope.txt', which does not"),
+        ('[check]\ntest_ids = "../x.txt"', "'check.test_ids' points outside"),
+        ("[check]\ntests = 3\ntest_ids = 'ids.txt'", "lists 2 test ids, but check.tests is 3"),
+        ("[check]\ncount = 3", "'check.count' is not a field of [check]"),
+    ],
+)
+def test_task_tables_errors_name_the_field(tmp_path: Path, tables: str, message: str) -> None:
+    for part in ("start", "hidden"):
+        (tmp_path / part).mkdir()
+    (tmp_path / "goal.md").write_text("g")
+    (tmp_path / "ids.txt").write_text("a::b\na::c\n")
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        load_task(write_task(tmp_path, BASE + "\n" + tables + "\n"))
+
+
+def test_the_published_task_carries_its_environment(tmp_path: Path) -> None:
+    import pytest as installed
+
+    from swarm.tasks.published import publish_task, read_published
+    from swarm.worker.cli import published_environment
+
+    for part in ("start", "hidden"):
+        (tmp_path / "t" / part).mkdir(parents=True)
+    (tmp_path / "t" / "goal.md").write_text("g")
+    toml = (
+        'name = "t"\neval_command = "python -m pytest {hidden}"\n'
+        '[environment]\npython = "3.11"\ndependencies = ["attrs>=23.1"]\nimage = "swarm:local"\n'
+    )
+    task = load_task(write_task(tmp_path / "t", toml))
+    publish_task(task, tmp_path / "run", harness="sim", team_size=2)
+    environment = published_environment(read_published(tmp_path / "run"))
+    # Workers build the very environment the evaluator scores with: pytest included.
+    assert environment.python == "3.11" and environment.image == "swarm:local"
+    assert environment.dependencies == ("attrs>=23.1", f"pytest=={installed.__version__}")
+    assert published_environment({"name": "old hub", "goal": "g"}).is_default
