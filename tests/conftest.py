@@ -41,6 +41,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["MPLCONFIGDIR"] = str(_SESSION_HOME / ".config" / "matplotlib")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that use the Docker engine run one after another, on one xdist worker: they
+    build the same images (a debootstrap base, `swarm:local`) when a machine has none."""
+    for item in items:
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _SESSION_HOME is not None:
         shutil.rmtree(_SESSION_HOME, ignore_errors=True)
