@@ -67,6 +67,25 @@ def test_mini_without_an_api_key_stops_before_any_worker_with_the_fix(
     assert not (tmp_path / "run" / "hub.db").exists()  # nothing started
 
 
+def test_a_missing_provider_key_fails_the_check_without_importing_litellm(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The key's absence is known before any call: the check says so at once (litellm's import
+    alone takes seconds), and names the variable."""
+    probe = (
+        "import sys; from swarm.worker.preflight import check_model; "
+        "c = check_model('anthropic/claude-sonnet-4', None); "
+        "print(c.ok, 'litellm' in sys.modules); print(c.detail)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    first, detail = done.stdout.splitlines()
+    assert first == "False False"
+    assert "ANTHROPIC_API_KEY is not set" in detail and "--api-base" in detail
+
+
 def test_a_missing_agent_cli_stops_the_run_with_the_fix(
     task: Path, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -14,6 +14,19 @@ from swarm.tasks.model import Task
 
 # The one model call is tiny: a word in, a token or two out.
 PING = [{"role": "user", "content": "Reply with the word OK."}]
+# The variable litellm reads each provider's key from, for the providers whose key it cannot do
+# without: a missing one fails the check at once, before litellm is imported (seconds on a
+# loaded machine). Other providers (and a model with --api-base) are asked.
+PROVIDER_KEYS = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "openrouter": "OPENROUTER_API_KEY",
+    "xai": "XAI_API_KEY",
+}
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,12 @@ def model_kwargs(model: str, api_base: str | None) -> dict[str, object]:
 def check_model(model: str, api_base: str | None, timeout: float = 30.0) -> Check:
     """One cheap call with the run's model, key and API base."""
     name = f"model {model}"
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    key = PROVIDER_KEYS.get(provider)
+    if key and not api_base and not os.environ.get(key):
+        return Check(
+            name, False, f"{key} is not set — set {key}, or pass --api-base for a local server"
+        )
     # The packaged price list: no download at import (a run may have no internet at all).
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
