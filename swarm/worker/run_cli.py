@@ -181,6 +181,14 @@ def _watch(run: Run, interrupted: list[str], *, live: bool, quiet: bool) -> str:
                 return f"stopped by {interrupted[0]}"
             reason = run.poll()
             if reason:
+                if run.failure and run.last_summary and not quiet:
+                    # The panel as the run failed (which workers fail, and why): it may have
+                    # failed before the first piped panel was due.
+                    final = _progress(run, run.last_summary)
+                    if display:
+                        display.update(final)
+                    else:
+                        console.print(final)
                 return reason
             summary = run.last_summary or run.summary()
             if display:
