@@ -367,6 +367,47 @@ def test_a_docker_box_has_no_capabilities_no_socket_and_no_network_but_the_hub(
         upstream.close()
 
 
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_docker_box_ends_when_the_process_that_opened_it_is_killed(
+    docker_engine: None, tmp_path: Path
+) -> None:
+    """No `--die-with-parent` for a container: its relay holds a connection to the owner's
+    process, and exits (the container with it) when that process dies, even by SIGKILL."""
+    import docker
+
+    opener = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from swarm.sandbox import BoxSpec, get_sandbox\n"
+        "from swarm.sandbox.env import base_env\n"
+        "spec = BoxSpec(name='w1', checkout=Path(sys.argv[1]), env=base_env())\n"
+        "box = get_sandbox('docker').open(spec)\n"
+        "print(box.container.id, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", opener, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    client, container_id = docker.from_env(), ""
+    try:
+        assert owner.stdout is not None
+        container_id = owner.stdout.readline().strip()
+        assert container_id, "the box did not open"
+        assert client.containers.get(container_id).status == "running"
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 60
+        while (status := client.containers.get(container_id).status) == "running":
+            assert time.monotonic() < deadline, "the container outlived its owner by 60 s"
+            time.sleep(0.5)
+        assert status == "exited"
+    finally:
+        owner.kill()
+        if container_id:
+            client.containers.get(container_id).remove(force=True)
+
+
 def test_a_cli_agents_box_reaches_its_model_api_through_its_proxy_only(
     sandbox: Sandbox, hub: BackgroundHub, tmp_path: Path
 ) -> None:

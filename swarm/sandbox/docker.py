@@ -141,16 +141,15 @@ class DockerBox:
         self.sockets = Path(tempfile.mkdtemp(prefix="swarm-box-"))
         self.sockets.chmod(0o755)  # the relay (another user than the agent's) reaches in
         self.routes = Routes.of(spec)
-        command = ["sleep", "infinity"]
-        if self.routes is not None:
-            command = self._relay_command(self.routes)
+        # The relay runs in every box: it serves the routes (if any) and holds the lifeline
+        # that ends the container when this process dies (see relay.INSIDE).
+        command = self._relay_command(self.routes)
         limits = spec.limits
         mounts = [
             Mount(str(spec.checkout), str(spec.checkout), type="bind"),
             *(Mount(str(p), str(p), type="bind", read_only=True) for p in spec.extra_ro),
         ]
-        if self.routes is not None:
-            mounts.append(Mount(RELAY_DIR, str(self.sockets), type="bind", read_only=True))
+        mounts.append(Mount(RELAY_DIR, str(self.sockets), type="bind", read_only=True))
         # Of swarm's own code the box holds only what `sw` runs (bwrap.SW_PACKAGE_PARTS): the
         # worker's own, first on PYTHONPATH, and the image's installed copy masked.
         package = Path(swarm.__file__).resolve().parent
@@ -228,16 +227,18 @@ class DockerBox:
         self.notice = stopped_notice(self.spec, used)
         self.reap(signal.SIGKILL)
 
-    def _relay_command(self, routes: Routes) -> list[str]:
+    def _relay_command(self, routes: Routes | None) -> list[str]:
         ready, signalled = self.relay.ready_signal(self.sockets / "ready.sock")
         self.ready = signalled
         self.servers.append(ready)
-        self.servers += self.relay.serve(
-            routes, lambda port: self.sockets / f"{port}.sock", lambda: self.spec.reach
-        )
+        ports = routes.ports if routes is not None else []
+        if routes is not None:
+            self.servers += self.relay.serve(
+                routes, lambda port: self.sockets / f"{port}.sock", lambda: self.spec.reach
+            )
         return [
             "/usr/bin/python3", "-c", INSIDE, f"ready={RELAY_DIR}/ready.sock",
-            *(f"127.0.0.1:{port}={RELAY_DIR}/{port}.sock" for port in routes.ports),
+            *(f"127.0.0.1:{port}={RELAY_DIR}/{port}.sock" for port in ports),
         ]  # fmt: skip
 
     def _wait_ready(self) -> None:

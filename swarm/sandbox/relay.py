@@ -179,12 +179,16 @@ async def main():
         host, port = where.rsplit(":", 1)
         handler = lambda r, w, p=path: carry(p, r, w)
         servers.append(await asyncio.start_server(handler, host, int(port)))
-    if ready:
-        _, writer = await asyncio.open_unix_connection(ready)
-        writer.write(b"ready\n")
-        await writer.drain()
-        writer.close()
-    await asyncio.Event().wait()
+    if not ready:
+        await asyncio.Event().wait()
+    # The ready connection stays open as a lifeline: the owner's process holds its end, and
+    # when that process dies (even by SIGKILL) the relay reads EOF and exits, and with it
+    # the container.
+    reader, writer = await asyncio.open_unix_connection(ready)
+    writer.write(b"ready\n")
+    await writer.drain()
+    while await reader.read(4096):
+        pass
 
 asyncio.run(main())
 """
@@ -309,6 +313,10 @@ class HostRelay:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 if (await reader.readline()).strip() == b"ready":
                     ready.set()
+                    # Held open until the box closes or this process dies: the relay inside
+                    # exits on EOF (see INSIDE).
+                    while await reader.read(4096):
+                        pass
             writer.close()
 
         return self._listen(path, handle), ready
