@@ -13,7 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from swarm.evaluation.canary import plant
 from swarm.evaluation.isolation import pytest_settings, read_results_file
@@ -52,6 +52,19 @@ class Checkpoint:
     def rate(self) -> float:
         """Fraction of hidden tests passing (0 when nothing was counted)."""
         return self.passed / self.total if self.total else 0.0
+
+    def to_hub(self) -> dict[str, Any]:
+        """The body of `POST /v1/checkpoints` (everything but the output's tail)."""
+        return {
+            "time": self.time,
+            "commit": self.commit,
+            "passed": self.passed,
+            "total": self.total,
+            "duration": self.duration,
+            "reason": self.reason,
+            "status": self.status,
+            "tests": self.tests,
+        }
 
     def restamped(self, when: float) -> Checkpoint:
         """The same score, recorded again at `when` (the commit did not move)."""

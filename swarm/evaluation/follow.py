@@ -37,16 +37,7 @@ def follow(
     stop = threading.Event()
 
     def record(checkpoint: Checkpoint) -> None:
-        payload = {
-            "time": checkpoint.time,
-            "commit": checkpoint.commit,
-            "passed": checkpoint.passed,
-            "total": checkpoint.total,
-            "duration": checkpoint.duration,
-            "reason": checkpoint.reason,
-            "status": checkpoint.status,
-            "tests": checkpoint.tests,
-        }
+        payload = checkpoint.to_hub()
         for attempt in range(30):  # the hub may be restarting with the stack
             try:
                 client.call("POST", "/v1/checkpoints", json=payload)

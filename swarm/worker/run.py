@@ -424,16 +424,7 @@ class Run:
             self.operator.call(
                 "POST",
                 "/v1/checkpoints",
-                json={
-                    "time": checkpoint.time,
-                    "commit": checkpoint.commit,
-                    "passed": checkpoint.passed,
-                    "total": checkpoint.total,
-                    "duration": checkpoint.duration,
-                    "reason": checkpoint.reason,
-                    "status": checkpoint.status,
-                    "tests": checkpoint.tests,
-                },
+                json=checkpoint.to_hub(),
             )
 
     def summary(self) -> dict[str, Any]:
