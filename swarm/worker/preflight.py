@@ -14,17 +14,15 @@ from swarm.tasks.model import Task
 
 # The one model call is tiny: a word in, a token or two out.
 PING = [{"role": "user", "content": "Reply with the word OK."}]
-# The variable litellm reads each provider's key from, for the providers whose key it cannot do
-# without: a missing one fails the check at once, before litellm is imported (seconds on a
-# loaded machine). Other providers (and a model with --api-base) are asked.
+# The one variable litellm reads each provider's key from, for providers that cannot do without
+# one: a missing one fails the check at once, before litellm is imported (seconds on a loaded
+# machine). Providers with several possible variables (openrouter, gemini, …) and a model with
+# --api-base are asked.
 PROVIDER_KEYS = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GEMINI_API_KEY",
     "groq": "GROQ_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
-    "openrouter": "OPENROUTER_API_KEY",
     "xai": "XAI_API_KEY",
 }
 
