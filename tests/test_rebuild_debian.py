@@ -155,6 +155,7 @@ def test_the_reference_parses_options_as_jq_does() -> None:
 
 # -- Debian's real packages -----------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.xdist_group("debian")  # one apt state: see test_rebuild_jq.py
 @pytest.mark.timeout(1800)
 def test_import_jq_from_debians_packages(tmp_path: Path) -> None:
     said: list[str] = []
@@ -193,6 +194,7 @@ def test_import_jq_from_debians_packages(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("debian")  # one apt state: see test_rebuild_jq.py
 def test_debian_lookups_name_what_is_missing() -> None:
     apt = debian.private_apt()
     with pytest.raises(NotFound, match="Debian has no binary package 'no-such-package-swarm'"):

@@ -29,7 +29,9 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
 GIT += ["-c", "init.defaultBranch=main"]
 
 # Preparing and scoring 365 command lines twice take minutes on a busy 2-core machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# With test_rebuild_debian.py in one xdist process: both fetch Debian's source packages
+# through the session's one private apt state, whose lock admits one apt-get at a time.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("debian")]
 
 
 @pytest.fixture(scope="module")
