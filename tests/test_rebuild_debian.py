@@ -157,7 +157,10 @@ def test_the_reference_parses_options_as_jq_does() -> None:
 @pytest.mark.slow
 @pytest.mark.xdist_group("debian")  # one apt state: see test_rebuild_jq.py
 @pytest.mark.timeout(1800)
-def test_import_jq_from_debians_packages(tmp_path: Path) -> None:
+def test_import_jq_from_debians_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its own apt state and downloads: test_rebuild_jq.py's fixture fills the session's at the
+    # same time in another xdist process.
+    monkeypatch.setenv("SWARM_CACHE_DIR", str(tmp_path / "cache"))
     said: list[str] = []
     dest = import_debian("debian:jq", tmp_path / "jq", say=said.append)
     task = load_task(dest)

@@ -10,6 +10,7 @@ needed, and `apt-get update` there fetches the Sources and Packages lists once.
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import subprocess
@@ -142,13 +143,18 @@ class Apt:
     ) -> subprocess.CompletedProcess[str]:
         if shutil.which(tool) is None:
             raise Unavailable(f"{tool} is not available: importing from Debian needs apt")
-        return subprocess.run(
-            [tool, *self.options(), *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        # One apt at a time on this state: apt's own lock fails a second one at once, so two
+        # imports on one machine wait here for each other instead.
+        with (self.root / "swarm.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return subprocess.run(
+                [tool, *self.options(), *args],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+            )
 
     def has_lists(self) -> bool:
         lists = self.root / "lists"
