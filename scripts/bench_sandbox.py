@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What containing agents costs: per-command overhead (bare, none, bwrap, docker exec), p50 and
-p99; opening a box; memory per contained worker; and the scale task run by 64 and 256 simulated
-workers contained (bwrap, the default) against the same uncontained, in one sitting.
+p99; opening a box; memory per contained worker; bwrap from a worker process the size of a
+busy one, its commands started by the fork server against forking the worker; and the scale
+task run by 64 and 256 simulated workers contained (bwrap, the default) against the same
+uncontained, in one sitting.
 
     .venv/bin/python scripts/bench_sandbox.py [--quick] [--json] [--sizes 64,256]
                                               [--scale-backends none,bwrap,docker]
@@ -79,6 +81,45 @@ def commands(figures: Figures, backends: dict[str, Sandbox], reps: int, root: Pa
         overhead = percentile(times, 50) - percentile(bare, 50)
         figures.add("overhead p50 over bare", 1e3 * overhead, "ms", backend=name)
         figures.add("open a box", 1e3 * opened[0], "ms", backend=name)
+
+
+def large_worker(figures: Figures, sandbox: Sandbox, reps: int, root: Path) -> None:
+    """bwrap's overhead from a worker process the size of a busy one (256 MiB resident, 16
+    threads), with its commands started by the fork server and, interleaved in the same
+    sitting, by forking the worker (`preexec_fn`, SWARM_SANDBOX_FORKSERVER=0)."""
+    import threading
+
+    ballast = [bytearray(MIB) for _ in range(256)]
+    for block in ballast:
+        block[::4096] = b"\1" * len(block[::4096])  # resident, not only reserved
+    stop = threading.Event()
+    idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(16)]
+    for thread in idle:
+        thread.start()
+    folder = root / "large-worker"
+    folder.mkdir()
+    worker = {**base_env(), "SWARM_HUB_URL": "http://127.0.0.1:9"}
+    box = sandbox.open(BoxSpec(name="bench-large", checkout=folder, env=worker))
+    times: dict[str, list[float]] = {"fork server": [], "forking the worker": []}
+    try:
+        run(box, ["true"], timeout=60)
+        for _ in range(reps):
+            for how, flag in (("fork server", "1"), ("forking the worker", "0")):
+                os.environ["SWARM_SANDBOX_FORKSERVER"] = flag
+                times[how] += timed(lambda: run(box, ["true"], timeout=60), 1)
+    finally:
+        os.environ.pop("SWARM_SANDBOX_FORKSERVER", None)
+        box.close()
+        stop.set()
+    for how, values in times.items():
+        figures.add("command p50, worker of 256 MiB", 1e3 * percentile(values, 50), "ms",
+                    backend="bwrap", note=how)  # fmt: skip
+    from swarm.sandbox.forkserver import ForkServer
+
+    server = psutil.Process(ForkServer.shared().process.pid)
+    figures.add("memory of the fork server", server.memory_info().rss / MIB, "MiB",
+                backend="bwrap", note="one per worker process, not per worker")  # fmt: skip
+    del ballast
 
 
 def _rss(processes: list[psutil.Process]) -> int:
@@ -178,6 +219,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as tmp:
         commands(figures, backends, reps, Path(tmp))
         memory(figures, backends, 2 if args.quick else 8, Path(tmp))
+        if "bwrap" in backends:
+            large_worker(figures, backends["bwrap"], reps // 2, Path(tmp))
     sizes = (
         [int(s) for s in args.sizes.split(",")] if args.sizes else [8] if args.quick else [64, 256]
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from swarm.errors import InvalidInput
+from swarm.sandbox.forkserver import ChildSetup, ForkServer, ForkServerError
 
 SANDBOXES: dict[str, str] = {
     "bwrap": "swarm.sandbox.bwrap:BwrapSandbox",
@@ -101,6 +103,9 @@ class Launch:
     env: dict[str, str]
     cwd: Path | None
     preexec: Callable[[], None] | None = None
+    # The same steps as data, for the fork server (swarm.sandbox.forkserver), which starts the
+    # command from a small process instead of forking the worker's: `popen` uses it where set.
+    setup: ChildSetup | None = None
     # Set by a backend whose commands are not host processes (a container's exec): `popen`
     # calls it with this launch and Popen's stream arguments, and it answers an object with
     # Popen's interface (pipes, communicate, poll, wait, send_signal) and `signal_group`.
@@ -178,18 +183,43 @@ def popen(
     how = box.launch(argv, cwd=cwd)
     if how.spawn is not None:
         return cast("subprocess.Popen[Any]", how.spawn(how, dict(kwargs)))
-    process: subprocess.Popen[Any] = subprocess.Popen(  # type: ignore[call-overload]
-        how.argv,
-        cwd=how.cwd,
-        env=how.env,
-        preexec_fn=how.preexec,
-        start_new_session=True,
-        **kwargs,
-    )
+    process: subprocess.Popen[Any] | None = None
+    if how.setup is not None:
+        server = _fork_server()
+        if server is not None:
+            process = server.popen(
+                how.argv, how.setup, cwd=how.cwd, env=how.env, start_new_session=True, **kwargs
+            )
+    if process is None:
+        process = subprocess.Popen(  # type: ignore[call-overload]
+            how.argv,
+            cwd=how.cwd,
+            env=how.env,
+            preexec_fn=how.preexec,
+            start_new_session=True,
+            **kwargs,
+        )
     started = getattr(box, "started", None)
     if started is not None:  # the box stops its running commands when it must (disk quota)
         started(process)
     return process
+
+
+def _fork_server() -> ForkServer | None:
+    """This process's fork server; None (commands then fork the worker, with the same setup)
+    where it cannot start or SWARM_SANDBOX_FORKSERVER=0."""
+    if os.environ.get("SWARM_SANDBOX_FORKSERVER", "").strip() == "0":
+        return None
+    try:
+        return ForkServer.shared()
+    except ForkServerError as exc:
+        if not _WARNED:
+            _WARNED.append(True)
+            logging.getLogger("swarm.sandbox").warning("%s; commands fork the worker instead", exc)
+        return None
+
+
+_WARNED: list[bool] = []
 
 
 def run(

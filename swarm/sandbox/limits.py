@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swarm.sandbox import SandboxLimits
+from swarm.sandbox.forkserver import ChildSetup
 
 log = logging.getLogger("swarm.sandbox")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -108,21 +109,32 @@ def _kill_all(path: Path) -> None:
                 os.kill(int(pid), 9)
 
 
-def preexec(limits: SandboxLimits, cgroups: CgroupSet | None) -> Callable[[], None]:
-    """What the child does between fork and exec: join the cgroups, set the rlimits."""
+def child_setup(limits: SandboxLimits, cgroups: CgroupSet | None) -> ChildSetup:
+    """What a command's process does between fork and exec, as data: join the cgroups, set
+    the rlimits (the fork server does it, or `preexec`'s function)."""
     size = limits.file_size_mb * MB
-    memory = limits.memory_mb * MB
-    bounded_memory = cgroups is not None and cgroups.bounds_memory
+    rlimits = [(resource.RLIMIT_FSIZE, size), (resource.RLIMIT_CORE, 0)]
+    if cgroups is None or not cgroups.bounds_memory:
+        # Per process, and on writable private memory only: an address-space limit would
+        # break runtimes that reserve large ranges up front (V8, the JVM, Go).
+        rlimits.append((resource.RLIMIT_DATA, limits.memory_mb * MB))
+    procs = tuple(str(path / "cgroup.procs") for path in (cgroups.dirs if cgroups else []))
+    return ChildSetup(cgroup_procs=procs, rlimits=tuple(rlimits))
+
+
+def preexec(limits: SandboxLimits, cgroups: CgroupSet | None) -> Callable[[], None]:
+    """What the child does between fork and exec (`child_setup`), as a `preexec_fn`."""
+    return apply_setup(child_setup(limits, cgroups))
+
+
+def apply_setup(setup: ChildSetup) -> Callable[[], None]:
+    """`setup`'s cgroups and rlimits as a `preexec_fn` (its namespaces are the caller's)."""
 
     def apply() -> None:
-        if cgroups is not None:
-            cgroups.join()
-        wanted = [(resource.RLIMIT_FSIZE, size), (resource.RLIMIT_CORE, 0)]
-        if not bounded_memory:
-            # Per process, and on writable private memory only: an address-space limit would
-            # break runtimes that reserve large ranges up front (V8, the JVM, Go).
-            wanted.append((resource.RLIMIT_DATA, memory))
-        for which, value in wanted:
+        for procs in setup.cgroup_procs:
+            with contextlib.suppress(OSError):
+                Path(procs).write_text("0")
+        for which, value in setup.rlimits:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(which, (value, value))
 
