@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import func, insert, or_, select, text, update
 
 from swarm.context.schema import joined_workers, workers
 from swarm.db import Database
@@ -54,6 +55,11 @@ class Registry:
         self.db = db
         self.clock = clock
         self._by_token: dict[str, Worker] = {}  # tokens never change, so caching is safe
+        # Worker id -> when this hub last served a call of it (any API or git call), written to
+        # `heartbeat_at` by `flush_activity`: a worker whose calls reach the hub is alive,
+        # however late the hub, busy with 256 workers' calls, got to its heartbeat.
+        self._activity: dict[int, float] = {}
+        self._activity_lock = threading.Lock()
 
     def register(self, *, model: str | None = None, limit: int | None = None) -> tuple[Worker, str]:
         """A new worker and its token; `limit` (a join-token registration): refuse once the join
@@ -86,6 +92,31 @@ class Registry:
         return Worker(worker_id, name), token
 
     def authenticate(self, token: str) -> Worker:
+        worker = self._authenticate(token)
+        with self._activity_lock:
+            self._activity[worker.id] = self.clock()
+        return worker
+
+    def flush_activity(self) -> int:
+        """Record the calls served since the last flush as heartbeats (one write for all);
+        answers how many workers it recorded."""
+        with self._activity_lock:
+            seen, self._activity = self._activity, {}
+        if not seen:
+            return 0
+        with self.db.write() as conn:
+            for worker_id, at in seen.items():
+                conn.execute(
+                    update(workers)
+                    .where(
+                        workers.c.id == worker_id,
+                        or_(workers.c.heartbeat_at.is_(None), workers.c.heartbeat_at < at),
+                    )
+                    .values(heartbeat_at=at)
+                )
+        return len(seen)
+
+    def _authenticate(self, token: str) -> Worker:
         cached = self._by_token.get(token)
         if cached is not None:
             return cached

@@ -44,3 +44,29 @@ def test_a_silent_worker_is_dead_its_claims_and_sessions_end(
     assert sweep(runtime) == []
     runtime.registry.report(quiet, "idle", {})
     assert {w.name: w.state for w in runtime.registry.list()}[quiet.name] == "idle"
+
+
+def test_a_worker_whose_calls_reach_the_hub_is_alive_without_a_heartbeat(
+    db: Database, tmp_path: Path, clock: FakeClock
+) -> None:
+    # At 256 workers the hub got to heartbeats late and declared workers dead that were calling
+    # it all along: every call the hub serves now counts as a heartbeat.
+    runtime = make_runtime(db, tmp_path, clock, dead_after=30)
+    busy, token = runtime.registry.register()
+    silent = runtime.registry.register()[0]
+    for worker in (busy, silent):
+        runtime.registry.report(worker, "in_session", {})
+    clock.advance(25)
+    assert runtime.registry.authenticate(token) == busy  # a call: `sw`, git, anything
+    assert runtime.registry.flush_activity() == 1
+    assert runtime.registry.flush_activity() == 0  # recorded once
+    clock.advance(10)  # 35 s since either reported; busy called 10 s ago
+    assert [d.worker for d in sweep(runtime)] == [silent.name]
+    heard = {w.name: w.heartbeat_at for w in runtime.registry.list()}
+    assert heard[busy.name] == clock.now - 10
+    # A flush never moves a later heartbeat back.
+    runtime.registry.authenticate(token)
+    clock.advance(1)
+    runtime.registry.report(busy, "idle", {})
+    runtime.registry.flush_activity()
+    assert {w.name: w.heartbeat_at for w in runtime.registry.list()}[busy.name] == clock.now

@@ -1,7 +1,10 @@
 """The hub's background upkeep: dead workers are noticed in seconds, and the PR table follows main.
 
 A worker whose runtime stopped sending heartbeats for SWARM_DEAD_AFTER seconds (default 30)
-without saying it stopped is `dead`: its open claims end at once as `lapsed (worker dead)` (so
+without saying it stopped is `dead`. Every call the hub serves for a worker (an API call, a git
+fetch or push) counts as a heartbeat too (`Registry.flush_activity`, before each sweep): a hub
+busy with 256 workers' calls got to their heartbeats too late and declared live workers dead.
+A dead worker: its open claims end at once as `lapsed (worker dead)` (so
 peers take the units now, not when the lease would have ended), its running sessions end as
 `lost`, its open PRs get an `abandoned` event (whoever claims their files may take them over or
 close them: swarm.workspace.takeover), and the tasks channel says so. A worker that was only
@@ -170,6 +173,8 @@ class Upkeep:
 
     def _loop(self) -> None:
         while not self.done.wait(self.interval):
+            # The calls this hub served count as heartbeats: recorded before anyone is judged.
+            self._guarded("worker activity", self.runtime.registry.flush_activity)
             if self.runtime.clock() - self.heard_since() >= self.runtime.settings.dead_after:
                 self._guarded("liveness sweep", lambda: sweep(self.runtime))
             workspace = self.runtime.workspace
