@@ -44,8 +44,10 @@ MAX_MERGE_ATTEMPTS = 4
 RENEW_EVERY = 30.0  # seconds: a claim is renewed this often while its unit is worked on
 CLAIMS_LIMIT = 5000  # the hub's maximum; its default (500) hides claims past 1,024 workers
 # An idle worker polls the claims at most this far apart (with jitter), longer in a big team:
-# 1,024 idle workers listing 1,024 claims every 8 s kept the hub busy on that alone.
-IDLE_PAUSE_MAX = 8.0
+# 1,024 idle workers listing 1,024 claims every 8 s kept the hub busy on that alone. A claim
+# freed by a peer's death waits this long (x1.5) at most: the hub declares a worker dead 30 s
+# after its last call, and the units it held must be taken again within 45 s of a crash.
+IDLE_PAUSE_MAX = 4.0
 TRANSCRIPT_STEPS = 2000  # steps kept of one session's transcript
 TRANSCRIPT_CHARS = 1000  # characters kept of one step's command and of its output
 STEAL_CONFIRM = 1.0  # seconds between the two looks before taking a unit at a peer's place
