@@ -81,12 +81,6 @@ class CgroupSet:
                 continue
             self.bounds_memory |= key.startswith("memory.")
 
-    def join(self) -> None:
-        """Move the calling process in (runs in the child before exec)."""
-        for path in self.dirs:
-            with contextlib.suppress(OSError):
-                (path / "cgroup.procs").write_text("0")
-
     def kill_all(self) -> None:
         for path in self.dirs:
             _kill_all(path)
