@@ -130,6 +130,13 @@ def spawn(message_fds: list[int], running: dict[int, socket.socket], libc: Any) 
                 os.close(fd)
 
 
+def drain(fd: int) -> None:
+    """Read a non-blocking pipe until it is empty."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 512):
+            continue
+
+
 def reap(running: dict[int, socket.socket]) -> None:
     while True:
         try:
@@ -175,9 +182,7 @@ def main() -> None:
                     for fd in fds:
                         os.close(fd)
             else:
-                with contextlib.suppress(OSError):
-                    while os.read(wake_read, 512):
-                        pass
+                drain(wake_read)  # the SIGCHLD wake-ups; then every ended command is reaped
                 reap(running)
 
 

@@ -609,8 +609,8 @@ class HeartbeatPump:
     def _loop(self) -> None:
         with ThreadPoolExecutor(self.SENDERS, thread_name_prefix="heartbeat") as senders:
             while not self.done.wait(self.interval):
-                for _ in senders.map(self._send, self._due()):
-                    pass
+                # The round ends when every report of it has been answered (or failed).
+                list(senders.map(self._send, self._due()))
 
     def start(self) -> HeartbeatPump:
         self.thread.start()
